@@ -1,0 +1,47 @@
+// Argument checks shared by every public function. Each failure throws tessera::Error with
+// the message "<function>: <argument>: expected <expectation>, got <value>" before anything
+// is written.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "tessera/error.h"
+#include "tessera/tensor.h"
+
+namespace tessera::validate {
+
+// Builds and throws the error.
+[[noreturn]] void fail(ErrorCode code, const std::string& argument, const std::string& expected,
+                       const std::string& got);
+
+// Scope naming the public function in every message raised inside it.
+class FunctionScope {
+ public:
+  explicit FunctionScope(const char* function);
+  ~FunctionScope();
+  FunctionScope(const FunctionScope&) = delete;
+  FunctionScope& operator=(const FunctionScope&) = delete;
+ private:
+  const char* previous_;
+};
+
+void present(const Tensor& t, const char* name);                 // has data (or is empty with a rank)
+void absent_or_present(const Tensor& t, const char* name);       // no-op, documents intent
+void rank(const Tensor& t, const char* name, int expected, const char* dims);  // dims: "(batch, seq, heads, head_dim)"
+void dtype_is(const Tensor& t, const char* name, DType expected);
+void dtype_in(const Tensor& t, const char* name, std::initializer_list<DType> allowed);
+void same_dtype(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name);
+void same_device(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name);
+void dim_equals(const Tensor& t, const char* name, int dim, std::int64_t expected, const char* what);
+void unit_stride(const Tensor& t, const char* name, int dim, const char* dim_name);
+void contiguous(const Tensor& t, const char* name);
+void non_negative_strides(const Tensor& t, const char* name);
+void head_dim_supported(int head_dim, const char* name);         // 32..256, multiple of 8
+void heads_divisible(std::int64_t heads_q, std::int64_t heads_kv);
+void value_in_range(std::int64_t value, const char* name, std::int64_t lo, std::int64_t hi);  // lo <= v <= hi
+
+std::string str(std::int64_t v);
+
+}  // namespace tessera::validate

@@ -1,0 +1,85 @@
+// Shared test machinery: host tensors inside NaN-filled margins, fresh random inputs,
+// poisoning, and the tolerance rule of DEVELOPERS.md:
+//   max |kernel - oracle| <= 2 * max |naive same-precision - oracle| + rounding floor.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "params/attention_params.h"
+#include "tessera/tensor.h"
+
+namespace tessera::testing {
+
+// Owns storage for a strided host tensor plus `margin` poisoned elements on each side.
+// Padding `pad_last_but_one` > 0 inserts unused (poisoned) elements after every row, so the
+// tensor is non-contiguous and reads past a row land on NaN.
+class HostTensor {
+ public:
+  HostTensor() = default;
+  HostTensor(DType dtype, std::vector<std::int64_t> shape, std::int64_t row_pad = 0, std::int64_t margin = 64);
+
+  Tensor view() const;
+  DType dtype() const { return dtype_; }
+  const std::vector<std::int64_t>& shape() const { return shape_; }
+  const std::vector<std::int64_t>& strides() const { return strides_; }
+  std::int64_t numel() const;
+
+  // Element access by logical multi-index (row-major enumeration index also available).
+  std::int64_t offset_of_linear(std::int64_t linear) const;  // storage offset (elements) of the i-th element
+  float get(std::int64_t linear) const;
+  void set(std::int64_t linear, float v);
+
+  void fill_normal(std::mt19937_64& rng, float stddev = 1.0f, float mean = 0.0f);
+  void fill_uniform(std::mt19937_64& rng, float lo, float hi);
+  void fill(float v);
+  void poison();  // every element NaN (or a sentinel for int32)
+
+  // Number of logical elements still NaN (never written).
+  std::int64_t count_nan() const;
+  // True if every margin and row-padding element still holds its poison.
+  bool margins_intact() const;
+  // Byte-wise snapshot for "nothing was written" checks.
+  std::vector<unsigned char> bytes() const { return storage_; }
+
+  void* base() const { return const_cast<unsigned char*>(storage_.data()) + margin_ * elem_; }
+
+ private:
+  DType dtype_ = DType::f32;
+  std::vector<std::int64_t> shape_, strides_;
+  std::int64_t margin_ = 0;
+  std::int64_t elem_ = 4;
+  std::int64_t span_ = 0;  // elements between first and last (inclusive) of the view
+  std::vector<unsigned char> storage_;
+  std::vector<bool> used_;  // storage elements that belong to the view
+};
+
+// int32 host tensor from values.
+HostTensor int_tensor(const std::vector<std::int32_t>& values);
+
+// A poison value for the element type: NaN for floats, INT32_MIN for int32.
+float poison_value(DType dtype);
+
+// Same-precision naive attention (S, P and O rounded to the storage dtype as a framework
+// running the three-pass algorithm in that dtype would), packed as the oracle's arrays.
+std::vector<double> naive_same_precision_forward(const AttentionParams& p);
+struct NaiveGrads { std::vector<double> dq, dk, dv; };
+NaiveGrads naive_same_precision_backward(const BackwardParams& p);
+
+// max |a - ref| over all entries (both finite); +inf if `a` has a NaN where ref is finite,
+// or a mismatch of infinities.
+double max_abs_error(const std::vector<double>& a, const std::vector<double>& ref);
+
+// Rounding floor of the tolerance rule for outputs of magnitude `scale` in `dtype`.
+double rounding_floor(DType dtype, double scale);
+double max_abs(const std::vector<double>& v);
+
+// Reads a (b, r, h, d)-addressed output into the oracle's packed order.
+std::vector<double> gather_rows(const HostTensor& t, const StridedPtr& ptr, DType dtype, int batch,
+                                const std::vector<std::int64_t>& row_starts, const std::vector<int>& row_lens,
+                                int heads, int head_dim, bool ragged);
+
+std::mt19937_64 fresh_rng();  // seeded from the clock; the seed is printed for replay
+}  // namespace tessera::testing
