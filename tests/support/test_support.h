@@ -14,7 +14,7 @@
 namespace tessera::testing {
 
 // Owns storage for a strided host tensor plus `margin` poisoned elements on each side.
-// Padding `pad_last_but_one` > 0 inserts unused (poisoned) elements after every row, so the
+// Strides are row-major; `row_pad` > 0 inserts unused (poisoned) elements after every row, so the
 // tensor is non-contiguous and reads past a row land on NaN.
 class HostTensor {
  public:
@@ -35,6 +35,7 @@ class HostTensor {
   void fill_normal(std::mt19937_64& rng, float stddev = 1.0f, float mean = 0.0f);
   void fill_uniform(std::mt19937_64& rng, float lo, float hi);
   void fill(float v);
+  void set_int(std::int64_t linear, std::int32_t v);  // exact, for int32 tensors
   void poison();  // every element NaN (or a sentinel for int32)
 
   // Number of logical elements still NaN (never written).
@@ -64,7 +65,8 @@ float poison_value(DType dtype);
 
 // Same-precision naive attention (S, P and O rounded to the storage dtype as a framework
 // running the three-pass algorithm in that dtype would), packed as the oracle's arrays.
-std::vector<double> naive_same_precision_forward(const AttentionParams& p);
+// `lse` (optional) receives the row LSE in natural log, packed [h * total_q + row].
+std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse = nullptr);
 struct NaiveGrads { std::vector<double> dq, dk, dv; };
 NaiveGrads naive_same_precision_backward(const BackwardParams& p);
 
@@ -75,11 +77,24 @@ double max_abs_error(const std::vector<double>& a, const std::vector<double>& re
 // Rounding floor of the tolerance rule for outputs of magnitude `scale` in `dtype`.
 double rounding_floor(DType dtype, double scale);
 double max_abs(const std::vector<double>& v);
+// The whole rule's bound: 2 * max|naive - oracle| + rounding_floor(dtype, max|oracle|).
+double tolerance(const std::vector<double>& naive, const std::vector<double>& oracle, DType dtype);
 
 // Reads a (b, r, h, d)-addressed output into the oracle's packed order.
 std::vector<double> gather_rows(const HostTensor& t, const StridedPtr& ptr, DType dtype, int batch,
                                 const std::vector<std::int64_t>& row_starts, const std::vector<int>& row_lens,
                                 int heads, int head_dim, bool ragged);
 
+// Reads an LSE tensor (LsePtr addressing) into the oracle's packed [h * total_q + row] order.
+std::vector<double> gather_lse(const HostTensor& t, const LsePtr& ptr, int batch,
+                               const std::vector<std::int64_t>& row_starts, const std::vector<int>& row_lens,
+                               int heads, bool ragged);
+
+// Row starts and lengths of q (or k) rows of the params' batch, for gather_rows / gather_lse.
+void q_rows(const AttentionParams& p, std::vector<std::int64_t>* starts, std::vector<int>* lens);
+void k_rows(const AttentionParams& p, std::vector<std::int64_t>* starts, std::vector<int>* lens);
+
+// Seeded from the clock (or from the environment variable TESSERA_SEED when set); the seed
+// is printed so a failure can be replayed.
 std::mt19937_64 fresh_rng();  // seeded from the clock; the seed is printed for replay
 }  // namespace tessera::testing

@@ -1,0 +1,433 @@
+#include "support/test_support.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "cpu/parallel.h"
+#include "math/dtype_convert.h"
+#include "math/mask.h"
+#include "math/online_softmax.h"
+
+namespace tessera::testing {
+
+namespace {
+
+bool is_int(DType dtype) { return dtype == DType::i32; }
+
+// Bytes of one poison element, so margins can be compared bitwise.
+std::vector<unsigned char> poison_bytes(DType dtype) {
+  std::vector<unsigned char> b(dtype_size(dtype));
+  if (is_int(dtype)) {
+    const std::int32_t v = std::numeric_limits<std::int32_t>::min();
+    std::memcpy(b.data(), &v, 4);
+  } else {
+    math::store_from_float(b.data(), 0, dtype, NAN);
+  }
+  return b;
+}
+
+}  // namespace
+
+HostTensor::HostTensor(DType dtype, std::vector<std::int64_t> shape, std::int64_t row_pad, std::int64_t margin)
+    : dtype_(dtype), shape_(std::move(shape)), margin_(margin), elem_(static_cast<std::int64_t>(dtype_size(dtype))) {
+  const int rank = static_cast<int>(shape_.size());
+  strides_.assign(shape_.size(), 1);
+  std::int64_t st = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    strides_[d] = st;
+    st *= shape_[d];
+    // Padding after each innermost row makes every outer stride non-contiguous.
+    if (d == rank - 1) st += row_pad;
+  }
+  const std::int64_t n = numel();
+  span_ = 0;
+  if (n > 0) {
+    span_ = 1;
+    for (int d = 0; d < rank; ++d) span_ += (shape_[d] - 1) * strides_[d];
+  }
+  storage_.resize(static_cast<std::size_t>((span_ + 2 * margin_) * elem_));
+  used_.assign(static_cast<std::size_t>(span_ + 2 * margin_), false);
+  for (std::int64_t i = 0; i < n; ++i) used_[static_cast<std::size_t>(margin_ + offset_of_linear(i))] = true;
+  poison();
+}
+
+Tensor HostTensor::view() const {
+  return Tensor::from_arrays(base(), dtype_, static_cast<int>(shape_.size()), shape_.data(), strides_.data());
+}
+
+std::int64_t HostTensor::numel() const {
+  std::int64_t n = 1;
+  for (auto s : shape_) n *= s;
+  return shape_.empty() ? 0 : n;
+}
+
+std::int64_t HostTensor::offset_of_linear(std::int64_t linear) const {
+  std::int64_t off = 0;
+  for (int d = static_cast<int>(shape_.size()) - 1; d >= 0; --d) {
+    off += (linear % shape_[d]) * strides_[d];
+    linear /= shape_[d];
+  }
+  return off;
+}
+
+float HostTensor::get(std::int64_t linear) const {
+  return math::load_as_float(base(), offset_of_linear(linear), dtype_);
+}
+
+void HostTensor::set(std::int64_t linear, float v) {
+  math::store_from_float(base(), offset_of_linear(linear), dtype_, v);
+}
+
+void HostTensor::set_int(std::int64_t linear, std::int32_t v) {
+  static_cast<std::int32_t*>(base())[offset_of_linear(linear)] = v;
+}
+
+void HostTensor::fill_normal(std::mt19937_64& rng, float stddev, float mean) {
+  std::normal_distribution<float> dist(mean, stddev);
+  for (std::int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
+}
+
+void HostTensor::fill_uniform(std::mt19937_64& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (std::int64_t i = 0; i < numel(); ++i) set(i, dist(rng));
+}
+
+void HostTensor::fill(float v) {
+  for (std::int64_t i = 0; i < numel(); ++i) set(i, v);
+}
+
+void HostTensor::poison() {
+  const auto p = poison_bytes(dtype_);
+  for (std::size_t i = 0; i < storage_.size(); i += p.size()) std::memcpy(&storage_[i], p.data(), p.size());
+}
+
+std::int64_t HostTensor::count_nan() const {
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < numel(); ++i) {
+    if (is_int(dtype_)) {
+      count += static_cast<const std::int32_t*>(base())[offset_of_linear(i)] == std::numeric_limits<std::int32_t>::min();
+    } else {
+      count += std::isnan(get(i));
+    }
+  }
+  return count;
+}
+
+bool HostTensor::margins_intact() const {
+  const auto p = poison_bytes(dtype_);
+  for (std::size_t e = 0; e < used_.size(); ++e) {
+    if (used_[e]) continue;
+    if (std::memcmp(&storage_[e * p.size()], p.data(), p.size()) != 0) return false;
+  }
+  return true;
+}
+
+HostTensor int_tensor(const std::vector<std::int32_t>& values) {
+  HostTensor t(DType::i32, {static_cast<std::int64_t>(values.size())});
+  for (std::size_t i = 0; i < values.size(); ++i) t.set_int(static_cast<std::int64_t>(i), values[i]);
+  return t;
+}
+
+float poison_value(DType dtype) {
+  return is_int(dtype) ? static_cast<float>(std::numeric_limits<std::int32_t>::min()) : NAN;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Same-precision naive attention.
+
+namespace {
+
+struct Rows {
+  std::int64_t q0, k0;  // packed row of the sequence's first query / key
+  int nq, nk;
+};
+
+Rows rows_of(const AttentionParams& p, int b) {
+  Rows r;
+  r.nq = p.q_len(b);
+  r.nk = p.k_len(b);
+  r.q0 = p.ragged() ? p.q_start(b) : static_cast<std::int64_t>(b) * p.seq_q;
+  r.k0 = p.ragged() ? p.k_start(b) : static_cast<std::int64_t>(b) * p.seq_k;
+  return r;
+}
+
+// Element (sequence b, row i of it, head h) of a (b, r, h, d) tensor.
+std::int64_t elem(const AttentionParams& p, const StridedPtr& t, int b, std::int64_t seq_start, int i, int h) {
+  return p.ragged() ? t.offset(0, seq_start + i, h) : t.offset(b, i, h);
+}
+
+std::vector<float> load_rows(const AttentionParams& p, const StridedPtr& t, int b, std::int64_t seq_start, int n,
+                             int h) {
+  std::vector<float> out(static_cast<std::size_t>(n) * p.head_dim);
+  for (int i = 0; i < n; ++i) {
+    const std::int64_t base = elem(p, t, b, seq_start, i, h);
+    for (int d = 0; d < p.head_dim; ++d) out[static_cast<std::size_t>(i) * p.head_dim + d] = math::load_as_float(t.ptr, base + d, p.dtype);
+  }
+  return out;
+}
+
+// S (scaled, soft-capped, rounded; masked entries -inf), P rounded, per-row LSE, for one (b, h).
+struct NaiveProbs {
+  std::vector<float> s_tanh;  // tanh(s / c) before rounding, for the softcap derivative
+  std::vector<float> p;
+  std::vector<float> lse;
+};
+
+NaiveProbs naive_probs(const AttentionParams& p, const std::vector<float>& q, const std::vector<float>& k, int nq,
+                       int nk) {
+  const DType dt = p.dtype;
+  const float cap = p.mask.softcap;
+  const math::MaskSpec mask = math::MaskSpec::make(nq, nk, p.mask.causal, p.mask.window_left, p.mask.window_right);
+  NaiveProbs r;
+  r.p.assign(static_cast<std::size_t>(nq) * nk, 0.0f);
+  r.s_tanh.assign(static_cast<std::size_t>(nq) * nk, 0.0f);
+  r.lse.assign(static_cast<std::size_t>(nq), -INFINITY);
+  std::vector<float> s(static_cast<std::size_t>(nk));
+  for (int i = 0; i < nq; ++i) {
+    const math::KeyRange kr = math::visible_keys(mask, i);
+    float m = -INFINITY;
+    for (int j = kr.begin; j < kr.end; ++j) {
+      float dot = 0.0f;
+      for (int d = 0; d < p.head_dim; ++d) dot += q[static_cast<std::size_t>(i) * p.head_dim + d] * k[static_cast<std::size_t>(j) * p.head_dim + d];
+      float v = math::round_to(dt, dot * p.mask.scale);
+      if (cap > 0.0f) {
+        const float t = std::tanh(v / cap);
+        r.s_tanh[static_cast<std::size_t>(i) * nk + j] = t;
+        v = math::round_to(dt, cap * t);
+      }
+      s[j] = v;
+      m = std::max(m, v);
+    }
+    if (kr.empty()) continue;
+    float sum = 0.0f;
+    for (int j = kr.begin; j < kr.end; ++j) sum += std::exp(s[j] - m);
+    for (int j = kr.begin; j < kr.end; ++j)
+      r.p[static_cast<std::size_t>(i) * nk + j] = math::round_to(dt, std::exp(s[j] - m) / sum);
+    r.lse[i] = m + std::log(sum);
+  }
+  return r;
+}
+
+// O = P V in float accumulation, rounded, into `o` (nq x head_dim).
+std::vector<float> naive_pv(const AttentionParams& p, const std::vector<float>& prob, const std::vector<float>& v,
+                            int nq, int nk) {
+  std::vector<float> o(static_cast<std::size_t>(nq) * p.head_dim, 0.0f);
+  for (int i = 0; i < nq; ++i) {
+    float* oi = &o[static_cast<std::size_t>(i) * p.head_dim];
+    for (int j = 0; j < nk; ++j) {
+      const float w = prob[static_cast<std::size_t>(i) * nk + j];
+      if (w == 0.0f) continue;
+      const float* vj = &v[static_cast<std::size_t>(j) * p.head_dim];
+      for (int d = 0; d < p.head_dim; ++d) oi[d] += w * vj[d];
+    }
+    for (int d = 0; d < p.head_dim; ++d) oi[d] = math::round_to(p.dtype, oi[d]);
+  }
+  return o;
+}
+
+}  // namespace
+
+std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse) {
+  const std::int64_t total_q = p.ragged() ? p.cu_seqlens_q[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_q;
+  std::vector<double> o(static_cast<std::size_t>(total_q * p.heads_q * p.head_dim), 0.0);
+  if (lse) lse->assign(static_cast<std::size_t>(total_q * p.heads_q), -INFINITY);
+  // Each (b, h) writes its own rows only.
+  cpu::parallel_for(static_cast<std::int64_t>(p.batch) * p.heads_q, 0, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bh = begin; bh < end; ++bh) {
+      const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
+      const int hk = h / p.group();
+      const Rows r = rows_of(p, b);
+      if (r.nq == 0) continue;
+      const auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
+      const auto k = load_rows(p, p.k, b, p.k_start(b), r.nk, hk);
+      const auto v = load_rows(p, p.v, b, p.k_start(b), r.nk, hk);
+      const NaiveProbs pr = naive_probs(p, q, k, r.nq, r.nk);
+      const auto oo = naive_pv(p, pr.p, v, r.nq, r.nk);
+      for (int i = 0; i < r.nq; ++i) {
+        for (int d = 0; d < p.head_dim; ++d)
+          o[static_cast<std::size_t>(((r.q0 + i) * p.heads_q + h) * p.head_dim + d)] = oo[static_cast<std::size_t>(i) * p.head_dim + d];
+        if (lse) (*lse)[static_cast<std::size_t>(h * total_q + r.q0 + i)] = pr.lse[i];
+      }
+    }
+  });
+  return o;
+}
+
+NaiveGrads naive_same_precision_backward(const BackwardParams& p) {
+  const std::int64_t total_q = p.ragged() ? p.cu_seqlens_q[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_q;
+  const std::int64_t total_k = p.ragged() ? p.cu_seqlens_k[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_k;
+  const int D = p.head_dim;
+  const DType dt = p.dtype;
+  NaiveGrads g;
+  g.dq.assign(static_cast<std::size_t>(total_q * p.heads_q * D), 0.0);
+  g.dk.assign(static_cast<std::size_t>(total_k * p.heads_kv * D), 0.0);
+  g.dv.assign(static_cast<std::size_t>(total_k * p.heads_kv * D), 0.0);
+  // One task per (b, kv head): it owns dk/dv of that head and dq of its query heads.
+  cpu::parallel_for(static_cast<std::int64_t>(p.batch) * p.heads_kv, 0, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bh = begin; bh < end; ++bh) {
+      const int b = static_cast<int>(bh / p.heads_kv), hk = static_cast<int>(bh % p.heads_kv);
+      const Rows r = rows_of(p, b);
+      const auto k = load_rows(p, p.k, b, p.k_start(b), r.nk, hk);
+      const auto v = load_rows(p, p.v, b, p.k_start(b), r.nk, hk);
+      std::vector<float> dk(static_cast<std::size_t>(r.nk) * D, 0.0f), dv(dk.size(), 0.0f);
+      for (int h = hk * p.group(); h < (hk + 1) * p.group() && r.nq > 0; ++h) {
+        const auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
+        const auto dout = load_rows(p, p.dout, b, p.q_start(b), r.nq, h);
+        const NaiveProbs pr = naive_probs(p, q, k, r.nq, r.nk);
+        std::vector<float> dq(static_cast<std::size_t>(r.nq) * D, 0.0f);
+        for (int i = 0; i < r.nq; ++i) {
+          const float* doi = &dout[static_cast<std::size_t>(i) * D];
+          std::vector<float> dp(static_cast<std::size_t>(r.nk), 0.0f);
+          float rowdot = 0.0f;  // sum_j P dP: the softmax backward of a framework (uses P, not O)
+          for (int j = 0; j < r.nk; ++j) {
+            const float pij = pr.p[static_cast<std::size_t>(i) * r.nk + j];
+            if (pij == 0.0f) continue;
+            float acc = 0.0f;
+            for (int d = 0; d < D; ++d) acc += doi[d] * v[static_cast<std::size_t>(j) * D + d];
+            dp[j] = math::round_to(dt, acc);
+            rowdot += pij * dp[j];
+          }
+          rowdot = math::round_to(dt, rowdot);
+          for (int j = 0; j < r.nk; ++j) {
+            const float pij = pr.p[static_cast<std::size_t>(i) * r.nk + j];
+            if (pij == 0.0f) continue;
+            float ds = math::round_to(dt, pij * (dp[j] - rowdot));
+            if (p.mask.softcap > 0.0f) {
+              const float t = pr.s_tanh[static_cast<std::size_t>(i) * r.nk + j];
+              ds = math::round_to(dt, ds * (1.0f - t * t));
+            }
+            const float w = ds * p.mask.scale;
+            for (int d = 0; d < D; ++d) {
+              dq[static_cast<std::size_t>(i) * D + d] += w * k[static_cast<std::size_t>(j) * D + d];
+              dk[static_cast<std::size_t>(j) * D + d] += w * q[static_cast<std::size_t>(i) * D + d];
+              dv[static_cast<std::size_t>(j) * D + d] += pij * doi[d];
+            }
+          }
+        }
+        for (int i = 0; i < r.nq; ++i)
+          for (int d = 0; d < D; ++d)
+            g.dq[static_cast<std::size_t>(((r.q0 + i) * p.heads_q + h) * D + d)] = math::round_to(dt, dq[static_cast<std::size_t>(i) * D + d]);
+      }
+      for (int j = 0; j < r.nk; ++j)
+        for (int d = 0; d < D; ++d) {
+          const std::size_t at = static_cast<std::size_t>(((r.k0 + j) * p.heads_kv + hk) * D + d);
+          g.dk[at] = math::round_to(dt, dk[static_cast<std::size_t>(j) * D + d]);
+          g.dv[at] = math::round_to(dt, dv[static_cast<std::size_t>(j) * D + d]);
+        }
+    }
+  });
+  return g;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tolerances.
+
+double max_abs_error(const std::vector<double>& a, const std::vector<double>& ref) {
+  if (a.size() != ref.size()) return INFINITY;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(ref[i])) return INFINITY;
+    if (std::isinf(ref[i]) || std::isinf(a[i])) {
+      if (a[i] != ref[i]) return INFINITY;
+      continue;
+    }
+    worst = std::max(worst, std::fabs(a[i] - ref[i]));
+  }
+  return worst;
+}
+
+double rounding_floor(DType dtype, double scale) {
+  double eps = 0.0;
+  switch (dtype) {
+    case DType::f32: eps = std::ldexp(1.0, -23); break;
+    case DType::f16: eps = std::ldexp(1.0, -10); break;
+    case DType::bf16: eps = std::ldexp(1.0, -7); break;
+    case DType::e4m3: eps = std::ldexp(1.0, -3); break;
+    case DType::e5m2: eps = std::ldexp(1.0, -2); break;
+    case DType::i32: eps = 0.0; break;
+  }
+  return eps * std::max(1.0, scale);
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v)
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+double tolerance(const std::vector<double>& naive, const std::vector<double>& oracle, DType dtype) {
+  return 2.0 * max_abs_error(naive, oracle) + rounding_floor(dtype, max_abs(oracle));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading outputs back.
+
+std::vector<double> gather_rows(const HostTensor& t, const StridedPtr& ptr, DType dtype, int batch,
+                                const std::vector<std::int64_t>& row_starts, const std::vector<int>& row_lens,
+                                int heads, int head_dim, bool ragged) {
+  std::int64_t total = 0;
+  for (int b = 0; b < batch; ++b) total = std::max(total, row_starts[b] + row_lens[b]);
+  std::vector<double> out(static_cast<std::size_t>(total * heads * head_dim), NAN);
+  // Offsets come from ptr relative to ptr.ptr, which lies inside t's storage.
+  (void)t;
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < row_lens[b]; ++i)
+      for (int h = 0; h < heads; ++h) {
+        const std::int64_t base = ragged ? ptr.offset(0, row_starts[b] + i, h) : ptr.offset(b, i, h);
+        for (int d = 0; d < head_dim; ++d)
+          out[static_cast<std::size_t>(((row_starts[b] + i) * heads + h) * head_dim + d)] = math::load_as_float(ptr.ptr, base + d, dtype);
+      }
+  return out;
+}
+
+std::vector<double> gather_lse(const HostTensor& t, const LsePtr& ptr, int batch,
+                               const std::vector<std::int64_t>& row_starts, const std::vector<int>& row_lens,
+                               int heads, bool ragged) {
+  std::int64_t total = 0;
+  for (int b = 0; b < batch; ++b) total = std::max(total, row_starts[b] + row_lens[b]);
+  std::vector<double> out(static_cast<std::size_t>(total * heads), NAN);
+  (void)t;
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < row_lens[b]; ++i)
+      for (int h = 0; h < heads; ++h)
+        out[static_cast<std::size_t>(h * total + row_starts[b] + i)] =
+            ptr.ptr[ragged ? ptr.offset(0, row_starts[b] + i, h) : ptr.offset(b, i, h)];
+  return out;
+}
+
+void q_rows(const AttentionParams& p, std::vector<std::int64_t>* starts, std::vector<int>* lens) {
+  starts->clear();
+  lens->clear();
+  for (int b = 0; b < p.batch; ++b) {
+    starts->push_back(p.ragged() ? p.q_start(b) : static_cast<std::int64_t>(b) * p.seq_q);
+    lens->push_back(p.q_len(b));
+  }
+}
+
+void k_rows(const AttentionParams& p, std::vector<std::int64_t>* starts, std::vector<int>* lens) {
+  starts->clear();
+  lens->clear();
+  for (int b = 0; b < p.batch; ++b) {
+    starts->push_back(p.ragged() ? p.k_start(b) : static_cast<std::int64_t>(b) * p.seq_k);
+    lens->push_back(p.k_len(b));
+  }
+}
+
+std::mt19937_64 fresh_rng() {
+  std::uint64_t seed = 0;
+  if (const char* env = std::getenv("TESSERA_SEED"); env && *env) {
+    seed = std::strtoull(env, nullptr, 10);
+  } else {
+    seed = static_cast<std::uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  }
+  std::printf("[ seed     ] TESSERA_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
+
+}  // namespace tessera::testing
