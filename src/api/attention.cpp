@@ -1,0 +1,330 @@
+// Public dense/ragged attention and merge_states: validate every argument, build typed
+// params, dispatch. Nothing is written before validation has passed.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "api/build_params.h"
+#include "api/validate.h"
+#include "dispatch/dispatch.h"
+#include "tessera/attention.h"
+
+namespace tessera {
+namespace api {
+namespace {
+
+using validate::fail;
+using validate::str;
+
+constexpr auto kStorageTypes = {DType::f32, DType::f16, DType::bf16};
+
+StridedPtr strided(const Tensor& t, bool ragged) {
+  StridedPtr s;
+  s.ptr = t.data;
+  if (ragged) {
+    s.batch = 0;
+    s.row = t.stride[0];
+    s.head = t.stride[1];
+  } else {
+    s.batch = t.stride[0];
+    s.row = t.stride[1];
+    s.head = t.stride[2];
+  }
+  return s;
+}
+
+void check_options(const AttentionOptions& o, int head_dim, MaskOptions* mask) {
+  if (o.scale.has_value() && !(std::isfinite(*o.scale) && *o.scale > 0.0f))
+    fail(ErrorCode::invalid_argument, "options.scale", "a finite value > 0", std::to_string(*o.scale));
+  if (!(std::isfinite(o.softcap) && o.softcap >= 0.0f))
+    fail(ErrorCode::invalid_argument, "options.softcap", "a finite value >= 0 (0 = off)", std::to_string(o.softcap));
+  if (o.window_left < -1)
+    fail(ErrorCode::invalid_argument, "options.window_left", ">= 0, or -1 for unbounded", str(o.window_left));
+  if (o.window_right < -1)
+    fail(ErrorCode::invalid_argument, "options.window_right", ">= 0, or -1 for unbounded", str(o.window_right));
+  mask->scale = o.scale.value_or(1.0f / std::sqrt(static_cast<float>(head_dim)));
+  mask->softcap = o.softcap;
+  mask->causal = o.causal;
+  mask->window_left = o.window_left;
+  mask->window_right = o.window_right;
+}
+
+void check_context(const ExecutionContext& ctx) {
+  if (ctx.num_threads < 0)
+    fail(ErrorCode::invalid_argument, "ctx.num_threads", ">= 0 (0 = all cores)", str(ctx.num_threads));
+}
+
+// Checks a cu_seqlens tensor; returns its batch size. For host-visible arrays, also every
+// element (starts at 0, never decreases, ends at `total`) and the largest length.
+int check_cu_seqlens(const Tensor& cu, const char* name, const Tensor& q, std::int64_t total, int* max_len) {
+  validate::rank(cu, name, 1, "(batch + 1)");
+  validate::dtype_is(cu, name, DType::i32);
+  validate::same_device(cu, name, q, "q");
+  validate::unit_stride(cu, name, 0, "its only dim");
+  if (cu.shape[0] < 1) fail(ErrorCode::invalid_argument, name, "at least 1 entry (batch + 1)", "shape " + cu.shape_string());
+  const int batch = static_cast<int>(cu.shape[0] - 1);
+  *max_len = static_cast<int>(std::min<std::int64_t>(total, std::numeric_limits<int>::max()));
+  if (cu.device.kind != DeviceKind::cpu) return batch;  // device-resident: contents unchecked
+  const auto* c = cu.ptr<const std::int32_t>();
+  if (c[0] != 0) fail(ErrorCode::invalid_argument, std::string(name) + "[0]", "0", str(c[0]));
+  int longest = 0;
+  for (int b = 0; b < batch; ++b) {
+    if (c[b + 1] < c[b])
+      fail(ErrorCode::invalid_argument, std::string(name) + "[" + str(b + 1) + "]",
+           "a non-decreasing sequence (>= " + str(c[b]) + ")", str(c[b + 1]));
+    longest = std::max(longest, c[b + 1] - c[b]);
+  }
+  if (c[batch] != total)
+    fail(ErrorCode::invalid_argument, std::string(name) + "[" + str(batch) + "]",
+         "the total token count " + str(total) + " of the packed tensor", str(c[batch]));
+  *max_len = longest;
+  return batch;
+}
+
+void check_same_shape(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) {
+  bool same = t.rank == ref.rank;
+  for (int d = 0; same && d < t.rank; ++d) same = t.shape[d] == ref.shape[d];
+  if (!same)
+    fail(ErrorCode::invalid_argument, name, "shape " + ref.shape_string() + " (as " + ref_name + ")",
+         "shape " + t.shape_string());
+}
+
+void check_int_range(std::int64_t v, const char* name) {
+  if (v > std::numeric_limits<int>::max())
+    fail(ErrorCode::invalid_argument, name, "at most 2^31 - 1", str(v));
+}
+
+}  // namespace
+
+AttentionParams build_forward_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                                     const Tensor& cu_seqlens_k, const Tensor& out, const Tensor& lse,
+                                     const AttentionOptions& options, const ExecutionContext& ctx) {
+  const bool ragged = cu_seqlens_q.present() || cu_seqlens_k.present();
+  const int r = ragged ? 3 : 4;
+  const char* q_dims = ragged ? "(total_q, heads_q, head_dim)" : "(batch, seq_q, heads_q, head_dim)";
+  const char* k_dims = ragged ? "(total_k, heads_kv, head_dim)" : "(batch, seq_k, heads_kv, head_dim)";
+  validate::rank(q, "q", r, q_dims);
+  validate::rank(k, "k", r, k_dims);
+  validate::rank(v, "v", r, k_dims);
+  validate::rank(out, "out", r, q_dims);
+  validate::dtype_in(q, "q", kStorageTypes);
+  validate::same_dtype(k, "k", q, "q");
+  validate::same_dtype(v, "v", q, "q");
+  validate::same_dtype(out, "out", q, "q");
+  validate::same_device(k, "k", q, "q");
+  validate::same_device(v, "v", q, "q");
+  validate::same_device(out, "out", q, "q");
+  for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
+    validate::non_negative_strides(*t, name);
+    validate::unit_stride(*t, name, r - 1, "head_dim");
+  }
+  const int hd = r - 1, hh = r - 2;
+  const std::int64_t head_dim = q.shape[hd];
+  validate::head_dim_supported(static_cast<int>(head_dim), "q.shape[-1] (head_dim)");
+  validate::dim_equals(k, "k", hd, head_dim, "head_dim, as q");
+  validate::dim_equals(v, "v", hd, head_dim, "head_dim, as q");
+  check_same_shape(v, "v", k, "k");
+  check_same_shape(out, "out", q, "q");
+  if (q.shape[hh] < 1) fail(ErrorCode::invalid_argument, "q", "at least one head", "shape " + q.shape_string());
+  validate::heads_divisible(q.shape[hh], k.shape[hh]);
+
+  AttentionParams p;
+  p.dtype = q.dtype;
+  p.device = q.device;
+  p.heads_q = static_cast<int>(q.shape[hh]);
+  p.heads_kv = static_cast<int>(k.shape[hh]);
+  p.head_dim = static_cast<int>(head_dim);
+  if (ragged) {
+    if (!cu_seqlens_q.present()) fail(ErrorCode::invalid_argument, "cu_seqlens_q", "a tensor (with cu_seqlens_k)", "absent");
+    if (!cu_seqlens_k.present()) fail(ErrorCode::invalid_argument, "cu_seqlens_k", "a tensor (with cu_seqlens_q)", "absent");
+    check_int_range(q.shape[0], "q.shape[0] (total_q)");
+    check_int_range(k.shape[0], "k.shape[0] (total_k)");
+    p.batch = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q, q.shape[0], &p.seq_q);
+    const int batch_k = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q, k.shape[0], &p.seq_k);
+    if (batch_k != p.batch)
+      fail(ErrorCode::invalid_argument, "cu_seqlens_k", str(p.batch + 1) + " entries (as cu_seqlens_q)", str(batch_k + 1));
+    p.cu_seqlens_q = cu_seqlens_q.ptr<const std::int32_t>();
+    p.cu_seqlens_k = cu_seqlens_k.ptr<const std::int32_t>();
+    p.total_q = q.shape[0];
+    p.total_k = k.shape[0];
+  } else {
+    validate::dim_equals(k, "k", 0, q.shape[0], "batch, as q");
+    check_int_range(q.shape[1], "q.shape[1] (seq_q)");
+    check_int_range(k.shape[1], "k.shape[1] (seq_k)");
+    check_int_range(q.shape[0], "q.shape[0] (batch)");
+    p.batch = static_cast<int>(q.shape[0]);
+    p.seq_q = static_cast<int>(q.shape[1]);
+    p.seq_k = static_cast<int>(k.shape[1]);
+    p.total_q = q.shape[0] * q.shape[1];
+    p.total_k = k.shape[0] * k.shape[1];
+  }
+  p.q = strided(q, ragged);
+  p.k = strided(k, ragged);
+  p.v = strided(v, ragged);
+  p.o = strided(out, ragged);
+
+  if (options.return_lse) {
+    if (ragged) {
+      validate::rank(lse, "lse", 2, "(heads_q, total_q)");
+      validate::dim_equals(lse, "lse", 0, p.heads_q, "heads_q");
+      validate::dim_equals(lse, "lse", 1, p.total_q, "total_q");
+    } else {
+      validate::rank(lse, "lse", 3, "(batch, heads_q, seq_q)");
+      validate::dim_equals(lse, "lse", 0, p.batch, "batch");
+      validate::dim_equals(lse, "lse", 1, p.heads_q, "heads_q");
+      validate::dim_equals(lse, "lse", 2, p.seq_q, "seq_q");
+    }
+    validate::dtype_is(lse, "lse", DType::f32);
+    validate::same_device(lse, "lse", q, "q");
+    validate::non_negative_strides(lse, "lse");
+    validate::unit_stride(lse, "lse", lse.rank - 1, "the token dim");
+    p.lse.ptr = lse.ptr<float>();
+    p.lse.batch = ragged ? 0 : lse.stride[0];
+    p.lse.head = ragged ? lse.stride[0] : lse.stride[1];
+  }
+  check_options(options, p.head_dim, &p.mask);
+  check_context(ctx);
+  p.deterministic = options.deterministic;
+  p.stream = ctx.stream;
+  p.num_threads = ctx.num_threads;
+  return p;
+}
+
+BackwardParams build_backward_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                                     const Tensor& cu_seqlens_k, const Tensor& out, const Tensor& dout,
+                                     const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                     const AttentionOptions& options, const ExecutionContext& ctx) {
+  AttentionOptions with_lse = options;
+  with_lse.return_lse = true;  // the saved LSE is a required input here; same shape rules
+  BackwardParams p;
+  static_cast<AttentionParams&>(p) =
+      build_forward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, with_lse, ctx);
+  const bool ragged = p.ragged();
+  const int r = ragged ? 3 : 4;
+  struct Grad { const Tensor* t; const char* name; const Tensor* ref; const char* ref_name; };
+  const Grad grads[] = {{&dout, "dout", &q, "q"}, {&dq, "dq", &q, "q"}, {&dk, "dk", &k, "k"}, {&dv, "dv", &v, "v"}};
+  for (const auto& [t, name, ref, ref_name] : grads) {
+    validate::rank(*t, name, r, ref_name[0] == 'q' ? "(as q)" : "(as k and v)");
+    check_same_shape(*t, name, *ref, ref_name);
+    validate::same_dtype(*t, name, q, "q");
+    validate::same_device(*t, name, q, "q");
+    validate::non_negative_strides(*t, name);
+    validate::unit_stride(*t, name, r - 1, "head_dim");
+  }
+  p.dout = strided(dout, ragged);
+  p.dq = strided(dq, ragged);
+  p.dk = strided(dk, ragged);
+  p.dv = strided(dv, ragged);
+  return p;
+}
+
+MergeParams build_merge_params(const Tensor& o_states, const Tensor& lse_states, const Tensor& out,
+                               const Tensor& out_lse, const ExecutionContext& ctx) {
+  validate::rank(o_states, "o_states", 4, "(num_states, tokens, heads, head_dim)");
+  validate::rank(lse_states, "lse_states", 3, "(num_states, tokens, heads)");
+  validate::rank(out, "out", 3, "(tokens, heads, head_dim)");
+  validate::dtype_in(o_states, "o_states", kStorageTypes);
+  validate::dtype_is(lse_states, "lse_states", DType::f32);
+  validate::dtype_in(out, "out", kStorageTypes);
+  validate::same_device(lse_states, "lse_states", o_states, "o_states");
+  validate::same_device(out, "out", o_states, "o_states");
+  for (int d = 0; d < 3; ++d) {
+    static const char* what[] = {"num_states, as o_states", "tokens, as o_states", "heads, as o_states"};
+    validate::dim_equals(lse_states, "lse_states", d, o_states.shape[d], what[d]);
+  }
+  for (int d = 0; d < 3; ++d) {
+    static const char* what[] = {"tokens, as o_states", "heads, as o_states", "head_dim, as o_states"};
+    validate::dim_equals(out, "out", d, o_states.shape[d + 1], what[d]);
+  }
+  validate::non_negative_strides(o_states, "o_states");
+  validate::non_negative_strides(lse_states, "lse_states");
+  validate::non_negative_strides(out, "out");
+  validate::unit_stride(o_states, "o_states", 3, "head_dim");
+  validate::unit_stride(out, "out", 2, "head_dim");
+  if (out_lse.present()) {
+    validate::rank(out_lse, "out_lse", 2, "(tokens, heads)");
+    validate::dtype_is(out_lse, "out_lse", DType::f32);
+    validate::same_device(out_lse, "out_lse", o_states, "o_states");
+    validate::dim_equals(out_lse, "out_lse", 0, o_states.shape[1], "tokens, as o_states");
+    validate::dim_equals(out_lse, "out_lse", 1, o_states.shape[2], "heads, as o_states");
+    validate::non_negative_strides(out_lse, "out_lse");
+  }
+  check_context(ctx);
+  check_int_range(o_states.shape[0], "o_states.shape[0] (num_states)");
+  check_int_range(o_states.shape[2], "o_states.shape[2] (heads)");
+  check_int_range(o_states.shape[3], "o_states.shape[3] (head_dim)");
+
+  MergeParams p;
+  p.dtype = o_states.dtype;
+  p.out_dtype = out.dtype;
+  p.device = o_states.device;
+  p.num_states = static_cast<int>(o_states.shape[0]);
+  p.tokens = o_states.shape[1];
+  p.heads = static_cast<int>(o_states.shape[2]);
+  p.head_dim = static_cast<int>(o_states.shape[3]);
+  p.o_states = o_states.data;
+  p.o_state_stride = o_states.stride[0];
+  p.o_token_stride = o_states.stride[1];
+  p.o_head_stride = o_states.stride[2];
+  p.lse_states = lse_states.ptr<const float>();
+  p.lse_state_stride = lse_states.stride[0];
+  p.lse_token_stride = lse_states.stride[1];
+  p.lse_head_stride = lse_states.stride[2];
+  p.out = out.data;
+  p.out_token_stride = out.stride[0];
+  p.out_head_stride = out.stride[1];
+  if (out_lse.present()) {
+    p.out_lse = out_lse.ptr<float>();
+    p.out_lse_token_stride = out_lse.stride[0];
+    p.out_lse_head_stride = out_lse.stride[1];
+  }
+  p.stream = ctx.stream;
+  p.num_threads = ctx.num_threads;
+  return p;
+}
+
+}  // namespace api
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                       const AttentionOptions& options, const ExecutionContext& ctx) {
+  validate::FunctionScope scope("attention_forward");
+  dispatch::attention_forward(api::build_forward_params(q, k, v, Tensor{}, Tensor{}, out, lse, options, ctx));
+}
+
+void attention_forward_ragged(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                              const Tensor& cu_seqlens_k, const Tensor& out, const Tensor& lse,
+                              const AttentionOptions& options, const ExecutionContext& ctx) {
+  validate::FunctionScope scope("attention_forward_ragged");
+  if (!cu_seqlens_q.present())
+    validate::fail(ErrorCode::invalid_argument, "cu_seqlens_q", "an int32 tensor of batch + 1 offsets", "absent");
+  dispatch::attention_forward(
+      api::build_forward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, options, ctx));
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const AttentionOptions& options, const ExecutionContext& ctx) {
+  validate::FunctionScope scope("attention_backward");
+  dispatch::attention_backward(
+      api::build_backward_params(q, k, v, Tensor{}, Tensor{}, out, dout, lse, dq, dk, dv, options, ctx));
+}
+
+void attention_backward_ragged(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                               const Tensor& cu_seqlens_k, const Tensor& out, const Tensor& dout, const Tensor& lse,
+                               const Tensor& dq, const Tensor& dk, const Tensor& dv, const AttentionOptions& options,
+                               const ExecutionContext& ctx) {
+  validate::FunctionScope scope("attention_backward_ragged");
+  if (!cu_seqlens_q.present())
+    validate::fail(ErrorCode::invalid_argument, "cu_seqlens_q", "an int32 tensor of batch + 1 offsets", "absent");
+  dispatch::attention_backward(
+      api::build_backward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, dq, dk, dv, options, ctx));
+}
+
+void merge_states(const Tensor& o_states, const Tensor& lse_states, const Tensor& out, const Tensor& out_lse,
+                  const ExecutionContext& ctx) {
+  validate::FunctionScope scope("merge_states");
+  dispatch::merge_states(api::build_merge_params(o_states, lse_states, out, out_lse, ctx));
+}
+
+}  // namespace tessera
