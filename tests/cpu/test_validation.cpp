@@ -1,0 +1,326 @@
+// One test per validation rule of the dense/ragged attention API: each asserts the error
+// code, that the message names the argument, and that no output byte was written.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tessera/tessera.h"
+
+namespace tessera {
+namespace {
+
+constexpr float kSentinel = 12345.0f;
+
+// A dense problem with valid arguments; each test breaks exactly one of them.
+struct Problem {
+  int b = 2, sq = 5, sk = 7, hq = 4, hkv = 2, d = 64;
+  std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
+  AttentionOptions opt;
+  Problem() {
+    q.assign(b * sq * hq * d, 0.5f);
+    k.assign(b * sk * hkv * d, 0.25f);
+    v.assign(b * sk * hkv * d, 1.0f);
+    dout.assign(q.size(), 1.0f);
+    out.assign(q.size(), kSentinel);
+    lse.assign(b * hq * sq, kSentinel);
+    dq.assign(q.size(), kSentinel);
+    dk.assign(k.size(), kSentinel);
+    dv.assign(v.size(), kSentinel);
+    opt.return_lse = true;
+  }
+  Tensor Q() { return Tensor(q.data(), DType::f32, {b, sq, hq, d}); }
+  Tensor K() { return Tensor(k.data(), DType::f32, {b, sk, hkv, d}); }
+  Tensor V() { return Tensor(v.data(), DType::f32, {b, sk, hkv, d}); }
+  Tensor O() { return Tensor(out.data(), DType::f32, {b, sq, hq, d}); }
+  Tensor L() { return Tensor(lse.data(), DType::f32, {b, hq, sq}); }
+  bool outputs_untouched() const {
+    for (const auto* vec : {&out, &lse, &dq, &dk, &dv})
+      for (float x : *vec)
+        if (x != kSentinel) return false;
+    return true;
+  }
+};
+
+void expect_error(const std::function<void()>& call, ErrorCode code, const std::string& argument, const Problem& p) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an error naming " << argument;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_EQ(e.argument(), argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("got"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(p.outputs_untouched());
+}
+
+TEST(Validation, ValidProblemRuns) {
+  Problem p;
+  attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt);
+  EXPECT_FALSE(p.outputs_untouched());
+}
+
+TEST(Validation, QRank) {
+  Problem p;
+  Tensor q3(p.q.data(), DType::f32, {p.b * p.sq, p.hq, p.d});
+  expect_error([&] { attention_forward(q3, p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "q", p);
+}
+
+TEST(Validation, AbsentTensor) {
+  Problem p;
+  expect_error([&] { attention_forward(p.Q(), Tensor{}, p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "k", p);
+}
+
+TEST(Validation, NullDataWithElements) {
+  Problem p;
+  Tensor v(nullptr, DType::f32, {p.b, p.sk, p.hkv, p.d});
+  expect_error([&] { attention_forward(p.Q(), p.K(), v, p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "v", p);
+}
+
+TEST(Validation, DtypesAgree) {
+  Problem p;
+  Tensor k = p.K();
+  k.dtype = DType::bf16;
+  expect_error([&] { attention_forward(p.Q(), k, p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "k", p);
+}
+
+TEST(Validation, StorageDtypeSupported) {
+  Problem p;
+  Tensor q = p.Q(), k = p.K(), v = p.V(), o = p.O();
+  q.dtype = k.dtype = v.dtype = o.dtype = DType::i32;
+  expect_error([&] { attention_forward(q, k, v, o, p.L(), p.opt); }, ErrorCode::invalid_argument, "q", p);
+}
+
+TEST(Validation, DevicesAgree) {
+  Problem p;
+  Tensor o = p.O();
+  o.device = Device::cuda(0);
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), o, p.L(), p.opt); }, ErrorCode::invalid_argument, "out", p);
+}
+
+TEST(Validation, HeadsDivisible) {
+  Problem p;
+  p.hkv = 3;
+  p.k.assign(p.b * p.sk * 3 * p.d, 0.f);
+  p.v.assign(p.k.size(), 0.f);
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "heads_kv", p);
+}
+
+TEST(Validation, HeadDimSupported) {
+  Problem p;
+  p.d = 12;
+  p.q.assign(p.b * p.sq * p.hq * 12, 0.f);
+  p.k.assign(p.b * p.sk * p.hkv * 12, 0.f);
+  p.v.assign(p.k.size(), 0.f);
+  p.out.assign(p.q.size(), kSentinel);
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
+               "q.shape[-1] (head_dim)", p);
+}
+
+TEST(Validation, HeadDimOfKMatchesQ) {
+  Problem p;
+  Tensor k(p.k.data(), DType::f32, {p.b, p.sk, p.hkv / 2, p.d * 2});
+  expect_error([&] { attention_forward(p.Q(), k, p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "k", p);
+}
+
+TEST(Validation, UnitStrideOnHeadDim) {
+  Problem p;
+  Tensor q(p.q.data(), DType::f32, {p.b, p.sq, p.hq, p.d / 2}, {p.sq * p.hq * p.d, p.hq * p.d, p.d, 2});
+  Tensor o(p.out.data(), DType::f32, {p.b, p.sq, p.hq, p.d / 2});
+  Tensor k(p.k.data(), DType::f32, {p.b, p.sk, p.hkv, p.d / 2});
+  Tensor v(p.v.data(), DType::f32, {p.b, p.sk, p.hkv, p.d / 2});
+  expect_error([&] { attention_forward(q, k, v, o, p.L(), p.opt); }, ErrorCode::invalid_argument, "q", p);
+}
+
+TEST(Validation, NegativeStride) {
+  Problem p;
+  Tensor k(p.k.data(), DType::f32, {p.b, p.sk, p.hkv, p.d}, {0, -p.hkv * p.d, p.d, 1});
+  expect_error([&] { attention_forward(p.Q(), k, p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "k", p);
+}
+
+TEST(Validation, BatchAgrees) {
+  Problem p;
+  Tensor k(p.k.data(), DType::f32, {1, p.sk * 2, p.hkv, p.d});
+  Tensor v(p.v.data(), DType::f32, {1, p.sk * 2, p.hkv, p.d});
+  expect_error([&] { attention_forward(p.Q(), k, v, p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "k", p);
+}
+
+TEST(Validation, VShapeMatchesK) {
+  Problem p;
+  Tensor v(p.v.data(), DType::f32, {p.b, p.sk - 1, p.hkv, p.d});
+  expect_error([&] { attention_forward(p.Q(), p.K(), v, p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "v", p);
+}
+
+TEST(Validation, OutShapeMatchesQ) {
+  Problem p;
+  Tensor o(p.out.data(), DType::f32, {p.b, p.sq - 1, p.hq, p.d});
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), o, p.L(), p.opt); }, ErrorCode::invalid_argument, "out", p);
+}
+
+TEST(Validation, LseRequiredWhenRequested) {
+  Problem p;
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), Tensor{}, p.opt); }, ErrorCode::invalid_argument, "lse", p);
+}
+
+TEST(Validation, LseShape) {
+  Problem p;
+  Tensor l(p.lse.data(), DType::f32, {p.b, p.sq, p.hq});
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), l, p.opt); }, ErrorCode::invalid_argument, "lse", p);
+}
+
+TEST(Validation, LseDtype) {
+  Problem p;
+  Tensor l = p.L();
+  l.dtype = DType::f16;
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), l, p.opt); }, ErrorCode::invalid_argument, "lse", p);
+}
+
+TEST(Validation, Scale) {
+  for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    Problem p;
+    p.opt.scale = bad;
+    expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
+                 "options.scale", p);
+  }
+}
+
+TEST(Validation, Softcap) {
+  Problem p;
+  p.opt.softcap = -2.0f;
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
+               "options.softcap", p);
+}
+
+TEST(Validation, Window) {
+  Problem p;
+  p.opt.window_left = -5;
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
+               "options.window_left", p);
+  Problem p2;
+  p2.opt.window_right = -2;
+  expect_error([&] { attention_forward(p2.Q(), p2.K(), p2.V(), p2.O(), p2.L(), p2.opt); }, ErrorCode::invalid_argument,
+               "options.window_right", p2);
+}
+
+TEST(Validation, NumThreads) {
+  Problem p;
+  ExecutionContext ctx;
+  ctx.num_threads = -1;
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt, ctx); }, ErrorCode::invalid_argument,
+               "ctx.num_threads", p);
+}
+
+// Ragged: q (total_q, hq, d) with cu_seqlens.
+struct Ragged : Problem {
+  std::vector<std::int32_t> cuq{0, 3, 5, 10}, cuk{0, 4, 4, 7};
+  Tensor Qr() { return Tensor(q.data(), DType::f32, {10, hq, d}); }
+  Tensor Kr() { return Tensor(k.data(), DType::f32, {7, hkv, d}); }
+  Tensor Vr() { return Tensor(v.data(), DType::f32, {7, hkv, d}); }
+  Tensor Or() { return Tensor(out.data(), DType::f32, {10, hq, d}); }
+  Tensor Lr() { return Tensor(lse.data(), DType::f32, {hq, 10}); }
+  Tensor CQ() { return Tensor(cuq.data(), DType::i32, {static_cast<std::int64_t>(cuq.size())}); }
+  Tensor CK() { return Tensor(cuk.data(), DType::i32, {static_cast<std::int64_t>(cuk.size())}); }
+  void call() { attention_forward_ragged(Qr(), Kr(), Vr(), CQ(), CK(), Or(), Lr(), opt); }
+};
+
+TEST(Validation, RaggedValidRuns) {
+  Ragged r;
+  r.call();
+  EXPECT_FALSE(r.outputs_untouched());
+}
+
+TEST(Validation, CuSeqlensStartsAtZero) {
+  Ragged r;
+  r.cuq[0] = 1;
+  expect_error([&] { r.call(); }, ErrorCode::invalid_argument, "cu_seqlens_q[0]", r);
+}
+
+TEST(Validation, CuSeqlensNonDecreasing) {
+  Ragged r;
+  r.cuk[2] = 2;
+  expect_error([&] { r.call(); }, ErrorCode::invalid_argument, "cu_seqlens_k[2]", r);
+}
+
+TEST(Validation, CuSeqlensMatchesTotal) {
+  Ragged r;
+  r.cuq[3] = 9;
+  expect_error([&] { r.call(); }, ErrorCode::invalid_argument, "cu_seqlens_q[3]", r);
+}
+
+TEST(Validation, CuSeqlensSameBatch) {
+  Ragged r;
+  r.cuk = {0, 7};
+  expect_error([&] { r.call(); }, ErrorCode::invalid_argument, "cu_seqlens_k", r);
+}
+
+TEST(Validation, CuSeqlensDtype) {
+  Ragged r;
+  std::vector<float> f(4, 0.f);
+  Tensor cq(f.data(), DType::f32, {4});
+  expect_error([&] { attention_forward_ragged(r.Qr(), r.Kr(), r.Vr(), cq, r.CK(), r.Or(), r.Lr(), r.opt); },
+               ErrorCode::invalid_argument, "cu_seqlens_q", r);
+}
+
+TEST(Validation, RaggedLseShape) {
+  Ragged r;
+  Tensor l(r.lse.data(), DType::f32, {10, r.hq});
+  expect_error([&] { attention_forward_ragged(r.Qr(), r.Kr(), r.Vr(), r.CQ(), r.CK(), r.Or(), l, r.opt); },
+               ErrorCode::invalid_argument, "lse", r);
+}
+
+TEST(Validation, BackwardGradShape) {
+  Problem p;
+  Tensor dout(p.dout.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+  Tensor dq(p.dq.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+  Tensor dk(p.dk.data(), DType::f32, {p.b, p.sk, p.hkv, p.d});
+  Tensor dv_bad(p.dv.data(), DType::f32, {p.b, p.sk - 1, p.hkv, p.d});
+  std::vector<float> o(p.q.size(), 0.1f), l(p.lse.size(), 0.0f);
+  Tensor O(o.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+  Tensor L(l.data(), DType::f32, {p.b, p.hq, p.sq});
+  expect_error([&] { attention_backward(p.Q(), p.K(), p.V(), O, dout, L, dq, dk, dv_bad, p.opt); },
+               ErrorCode::invalid_argument, "dv", p);
+}
+
+TEST(Validation, BackwardNeedsLse) {
+  Problem p;
+  Tensor dout(p.dout.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+  Tensor dq(p.dq.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+  Tensor dk(p.dk.data(), DType::f32, {p.b, p.sk, p.hkv, p.d});
+  Tensor dv(p.dv.data(), DType::f32, {p.b, p.sk, p.hkv, p.d});
+  std::vector<float> o(p.q.size(), 0.1f);
+  Tensor O(o.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+  expect_error([&] { attention_backward(p.Q(), p.K(), p.V(), O, dout, Tensor{}, dq, dk, dv, p.opt); },
+               ErrorCode::invalid_argument, "lse", p);
+}
+
+TEST(Validation, MergeStatesShapes) {
+  std::vector<float> o(2 * 3 * 4 * 8, 1.f), l(2 * 3 * 4, 0.f), out(3 * 4 * 8, kSentinel);
+  Tensor os(o.data(), DType::f32, {2, 3, 4, 8});
+  Tensor ls(l.data(), DType::f32, {2, 3, 5});
+  Tensor ot(out.data(), DType::f32, {3, 4, 8});
+  try {
+    merge_states(os, ls, ot, Tensor{});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "lse_states");
+  }
+  for (float x : out) EXPECT_EQ(x, kSentinel);
+}
+
+#if !defined(TESSERA_WITH_CUDA)
+TEST(Validation, CudaTensorsWithoutCudaBuild) {
+  Problem p;
+  Tensor q = p.Q(), k = p.K(), v = p.V(), o = p.O(), l = p.L();
+  for (Tensor* t : {&q, &k, &v, &o, &l}) t->device = Device::cuda(0);
+  expect_error([&] { attention_forward(q, k, v, o, l, p.opt); }, ErrorCode::unsupported, "device", p);
+}
+#endif
+
+}  // namespace
+}  // namespace tessera
