@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Peers measured in the same run as tessera: torch SDPA (flash and cuDNN backends) on the
+shapes of tessera's CUDA suites, plus the ceilings (bf16 GEMM, device copy, read-only sum).
+
+Writes CSV rows (suite,backend,dtype,head_dim,seq,batch,heads,causal,ms,tflops,gbps) to
+--out and prints them. Inputs are random (never zeros); forward and backward are timed with
+CUDA events after warm-up; the median of --reps runs is reported.
+"""
+import argparse
+import csv
+import statistics
+import sys
+
+
+def time_ms(fn, reps, warmup=3):
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal):
+    f = 4.0 * batch * heads * seq_q * seq_k * head_dim
+    return f / 2 if causal and seq_q == seq_k else f
+
+
+def ceilings(reps, rows):
+    import torch
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = time_ms(lambda: a @ b, reps)
+    rows.append(dict(suite="ceiling", backend="torch_matmul", dtype="bf16", head_dim=0, seq=n, batch=1, heads=1,
+                     causal=0, ms=ms, tflops=2 * n**3 / ms / 1e9, gbps=0))
+    del a, b
+    x = torch.randn(1 << 30, device="cuda", dtype=torch.float32)  # 4 GiB
+    ms = time_ms(lambda: x.sum(), reps)
+    rows.append(dict(suite="ceiling", backend="read_sum", dtype="fp32", head_dim=0, seq=0, batch=1, heads=1,
+                     causal=0, ms=ms, tflops=0, gbps=x.numel() * 4 / ms / 1e6))
+    y = torch.empty_like(x)
+    ms = time_ms(lambda: y.copy_(x), reps)
+    rows.append(dict(suite="ceiling", backend="copy", dtype="fp32", head_dim=0, seq=0, batch=1, heads=1,
+                     causal=0, ms=ms, tflops=0, gbps=2 * x.numel() * 4 / ms / 1e6))
+    del x, y
+    torch.cuda.empty_cache()
+
+
+def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    backends = [("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)]
+    for d in head_dims:
+        heads = 2048 // d
+        for s in seqs:
+            batch = max(1, tokens // s)
+            # (batch, seq, heads, d) storage viewed as (batch, heads, seq, d), as tessera's layout
+            q = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype).transpose(1, 2)
+            k = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype).transpose(1, 2)
+            v = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype).transpose(1, 2)
+            for causal in (False, True):
+                flops = attention_flops(batch, heads, s, s, d, causal)
+                for name, be in backends:
+                    try:
+                        with sdpa_kernel(be):
+                            fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            ms = time_ms(fwd, reps)
+                            rows.append(dict(suite="forward", backend=name, dtype=dtype_name, head_dim=d, seq=s,
+                                             batch=batch, heads=heads, causal=int(causal), ms=ms,
+                                             tflops=flops / ms / 1e9, gbps=0))
+                            if backward:
+                                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                                g = torch.randn_like(o)
+                                bwd = lambda: torch.autograd.grad(o, (qg, kg, vg), g, retain_graph=True)
+                                ms = time_ms(bwd, reps)
+                                rows.append(dict(suite="backward", backend=name, dtype=dtype_name, head_dim=d,
+                                                 seq=s, batch=batch, heads=heads, causal=int(causal), ms=ms,
+                                                 tflops=2.5 * flops / ms / 1e9, gbps=0))
+                    except Exception as e:  # a backend may not support a shape
+                        print(f"# {name} d={d} s={s} causal={causal}: {type(e).__name__}: {e}", file=sys.stderr)
+            del q, k, v
+            torch.cuda.empty_cache()
+
+
+def decode(reps, rows, configs, dtype_name):
+    """Dense-KV decode (one query token) through cuDNN/flash: bytes of K+V read per second."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    hq, hkv, d = 32, 8, 128
+    for batch, ctx in configs:
+        q = torch.randn(batch, hq, 1, d, device="cuda", dtype=dtype)
+        k = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=dtype)
+        v = torch.randn(batch, hkv, ctx, d, device="cuda", dtype=dtype)
+        kv_bytes = 2 * batch * hkv * ctx * d * q.element_size()
+        for name, be in [("torch_cudnn", SDPBackend.CUDNN_ATTENTION), ("torch_flash", SDPBackend.FLASH_ATTENTION)]:
+            try:
+                with sdpa_kernel(be):
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                    ms = time_ms(fn, reps)
+                rows.append(dict(suite="decode", backend=name, dtype=dtype_name, head_dim=d, seq=ctx, batch=batch,
+                                 heads=hq, causal=0, ms=ms, tflops=0, gbps=kv_bytes / ms / 1e6))
+            except Exception as e:
+                print(f"# decode {name} b={batch} ctx={ctx}: {type(e).__name__}: {e}", file=sys.stderr)
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default="peers.csv")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--seqs", default="1024,4096,16384")
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--no-decode", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="head dim 128 only")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("torch is not installed: no peers measured", file=sys.stderr)
+        return 0
+    if not torch.cuda.is_available():
+        print("no CUDA device: no peers measured", file=sys.stderr)
+        return 0
+    rows = []
+    ceilings(args.reps, rows)
+    hds = [128] if args.quick else [int(x) for x in args.head_dims.split(",")]
+    dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward)
+    if not args.no_decode:
+        decode(args.reps, rows, [(1, 131072), (8, 32768), (64, 4096), (128, 8192), (256, 2048)], "bf16")
+    fields = ["suite", "backend", "dtype", "head_dim", "seq", "batch", "heads", "causal", "ms", "tflops", "gbps"]
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    for r in rows:
+        print(",".join(f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in fields))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
