@@ -8,10 +8,12 @@
 #include <cstring>
 #include <limits>
 
+#include "api/build_params.h"
 #include "cpu/parallel.h"
 #include "math/dtype_convert.h"
 #include "math/mask.h"
 #include "math/online_softmax.h"
+#include "tessera/attention.h"
 
 namespace tessera::testing {
 
@@ -428,6 +430,153 @@ std::mt19937_64 fresh_rng() {
   }
   std::printf("[ seed     ] TESSERA_SEED=%llu\n", static_cast<unsigned long long>(seed));
   return std::mt19937_64(seed);
+}
+
+}  // namespace tessera::testing
+
+// ---------------------------------------------------------------------------------------------
+// AttentionCase.
+
+namespace tessera::testing {
+
+namespace {
+
+std::vector<std::int32_t> prefix_sums(const std::vector<int>& lens) {
+  std::vector<std::int32_t> cu{0};
+  for (int n : lens) cu.push_back(cu.back() + n);
+  return cu;
+}
+
+}  // namespace
+
+std::string CaseSpec::name() const {
+  std::string s = std::string(dtype_name(dtype)) + " hq" + std::to_string(heads_q) + "/hkv" + std::to_string(heads_kv) +
+                  " d" + std::to_string(head_dim);
+  if (ragged()) {
+    s += " ragged q[";
+    for (int n : q_lens) s += std::to_string(n) + ",";
+    s += "] k[";
+    for (int n : k_lens) s += std::to_string(n) + ",";
+    s += "]";
+  } else {
+    s += " b" + std::to_string(batch) + " sq" + std::to_string(seq_q) + " sk" + std::to_string(seq_k);
+  }
+  if (options.causal) s += " causal";
+  if (options.window_left >= 0 || options.window_right >= 0)
+    s += " window(" + std::to_string(options.window_left) + "," + std::to_string(options.window_right) + ")";
+  if (options.softcap > 0.0f) s += " softcap" + std::to_string(options.softcap);
+  if (row_pad > 0) s += " padded";
+  return s;
+}
+
+AttentionCase::AttentionCase(const CaseSpec& s, std::mt19937_64& rng) : spec(s) {
+  const std::int64_t hq = s.heads_q, hk = s.heads_kv, D = s.head_dim;
+  std::vector<std::int64_t> qshape, kshape, lshape;
+  if (s.ragged()) {
+    const auto cq = prefix_sums(s.q_lens), ck = prefix_sums(s.k_lens);
+    cu_q = int_tensor(cq);
+    cu_k = int_tensor(ck);
+    qshape = {cq.back(), hq, D};
+    kshape = {ck.back(), hk, D};
+    lshape = {hq, cq.back()};
+  } else {
+    qshape = {s.batch, s.seq_q, hq, D};
+    kshape = {s.batch, s.seq_k, hk, D};
+    lshape = {s.batch, hq, s.seq_q};
+  }
+  q = HostTensor(s.dtype, qshape, s.row_pad);
+  k = HostTensor(s.dtype, kshape, s.row_pad);
+  v = HostTensor(s.dtype, kshape, s.row_pad);
+  out = HostTensor(s.dtype, qshape, s.row_pad);
+  dout = HostTensor(s.dtype, qshape, s.row_pad);
+  dq = HostTensor(s.dtype, qshape, s.row_pad);
+  dk = HostTensor(s.dtype, kshape, s.row_pad);
+  dv = HostTensor(s.dtype, kshape, s.row_pad);
+  lse = HostTensor(DType::f32, lshape, s.row_pad);
+  q.fill_normal(rng, s.input_std);
+  k.fill_normal(rng, s.input_std);
+  v.fill_normal(rng);
+  dout.fill_normal(rng);
+}
+
+AttentionOptions AttentionCase::options() const {
+  AttentionOptions o = spec.options;
+  o.return_lse = true;
+  return o;
+}
+
+void AttentionCase::forward(const ExecutionContext& ctx) {
+  out.poison();
+  lse.poison();
+  if (spec.ragged())
+    attention_forward_ragged(q.view(), k.view(), v.view(), cu_q.view(), cu_k.view(), out.view(), lse.view(), options(), ctx);
+  else
+    attention_forward(q.view(), k.view(), v.view(), out.view(), lse.view(), options(), ctx);
+}
+
+void AttentionCase::backward(const ExecutionContext& ctx) {
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  if (spec.ragged())
+    attention_backward_ragged(q.view(), k.view(), v.view(), cu_q.view(), cu_k.view(), out.view(), dout.view(),
+                              lse.view(), dq.view(), dk.view(), dv.view(), options(), ctx);
+  else
+    attention_backward(q.view(), k.view(), v.view(), out.view(), dout.view(), lse.view(), dq.view(), dk.view(),
+                       dv.view(), options(), ctx);
+}
+
+AttentionParams AttentionCase::forward_params() const {
+  const Tensor none;
+  return api::build_forward_params(q.view(), k.view(), v.view(), spec.ragged() ? cu_q.view() : none,
+                                   spec.ragged() ? cu_k.view() : none, out.view(), lse.view(), options(), {});
+}
+
+BackwardParams AttentionCase::backward_params() const {
+  const Tensor none;
+  return api::build_backward_params(q.view(), k.view(), v.view(), spec.ragged() ? cu_q.view() : none,
+                                    spec.ragged() ? cu_k.view() : none, out.view(), dout.view(), lse.view(),
+                                    dq.view(), dk.view(), dv.view(), options(), {});
+}
+
+std::vector<double> AttentionCase::out_packed() const {
+  const AttentionParams p = forward_params();
+  std::vector<std::int64_t> st;
+  std::vector<int> ln;
+  q_rows(p, &st, &ln);
+  return gather_rows(out, p.o, p.dtype, p.batch, st, ln, p.heads_q, p.head_dim, p.ragged());
+}
+
+std::vector<double> AttentionCase::lse_packed() const {
+  const AttentionParams p = forward_params();
+  std::vector<std::int64_t> st;
+  std::vector<int> ln;
+  q_rows(p, &st, &ln);
+  return gather_lse(lse, p.lse, p.batch, st, ln, p.heads_q, p.ragged());
+}
+
+std::vector<double> AttentionCase::dq_packed() const {
+  const BackwardParams p = backward_params();
+  std::vector<std::int64_t> st;
+  std::vector<int> ln;
+  q_rows(p, &st, &ln);
+  return gather_rows(dq, p.dq, p.dtype, p.batch, st, ln, p.heads_q, p.head_dim, p.ragged());
+}
+
+std::vector<double> AttentionCase::dk_packed() const {
+  const BackwardParams p = backward_params();
+  std::vector<std::int64_t> st;
+  std::vector<int> ln;
+  k_rows(p, &st, &ln);
+  return gather_rows(dk, p.dk, p.dtype, p.batch, st, ln, p.heads_kv, p.head_dim, p.ragged());
+}
+
+std::vector<double> AttentionCase::dv_packed() const {
+  const BackwardParams p = backward_params();
+  std::vector<std::int64_t> st;
+  std::vector<int> ln;
+  k_rows(p, &st, &ln);
+  return gather_rows(dv, p.dv, p.dtype, p.batch, st, ln, p.heads_kv, p.head_dim, p.ragged());
 }
 
 }  // namespace tessera::testing

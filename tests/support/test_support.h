@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "params/attention_params.h"
+#include "tessera/options.h"
 #include "tessera/tensor.h"
 
 namespace tessera::testing {
@@ -97,4 +98,41 @@ void k_rows(const AttentionParams& p, std::vector<std::int64_t>* starts, std::ve
 // Seeded from the clock (or from the environment variable TESSERA_SEED when set); the seed
 // is printed so a failure can be replayed.
 std::mt19937_64 fresh_rng();  // seeded from the clock; the seed is printed for replay
+// One dense or ragged attention problem on the host: inputs filled at random, outputs and
+// gradients poisoned, run through the public API, read back in the oracle's packed order.
+struct CaseSpec {
+  DType dtype = DType::f32;
+  int batch = 1;                    // dense only; ragged batch = q_lens.size()
+  int seq_q = 1, seq_k = 1;         // dense only
+  std::vector<int> q_lens, k_lens;  // non-empty: ragged, one entry per sequence
+  int heads_q = 1, heads_kv = 1, head_dim = 64;
+  AttentionOptions options;  // return_lse is forced on
+  std::int64_t row_pad = 0;  // > 0: non-contiguous q/k/v/out/grads
+  float input_std = 1.0f;
+  bool ragged() const { return !q_lens.empty(); }
+  std::string name() const;  // short description for failure messages
+};
+
+struct AttentionCase {
+  AttentionCase(const CaseSpec& spec, std::mt19937_64& rng);
+
+  CaseSpec spec;
+  HostTensor q, k, v, out, lse, dout, dq, dk, dv, cu_q, cu_k;
+
+  AttentionOptions options() const;
+  // Poison out/lse, then tessera::attention_forward(_ragged).
+  void forward(const ExecutionContext& ctx = {});
+  // Poison dq/dk/dv, then tessera::attention_backward(_ragged) from the current out and lse.
+  void backward(const ExecutionContext& ctx = {});
+  // The params the API builds for these tensors (for the oracle and the naive baseline).
+  AttentionParams forward_params() const;
+  BackwardParams backward_params() const;
+  // Current contents in the oracle's packed order.
+  std::vector<double> out_packed() const;
+  std::vector<double> lse_packed() const;
+  std::vector<double> dq_packed() const;
+  std::vector<double> dk_packed() const;
+  std::vector<double> dv_packed() const;
+};
+
 }  // namespace tessera::testing
