@@ -1,0 +1,100 @@
+// The CUDA backend's entry points (see cuda_backend.h): what is supported, and the forward.
+// The backward's supports_backward / attention_backward live with it in sm80/backward/.
+#include "cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "cuda/common/check.h"
+#include "cuda/sm80/forward/forward.h"
+#include "tessera/error.h"
+
+namespace tessera::cuda {
+namespace {
+
+constexpr const char* kForwardSupport =
+    "supported on CUDA: f16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0, "
+    "16-byte aligned pointers and 16-byte multiple batch/row/head strides";
+
+bool fail(std::string* why, const std::string& what) {
+  if (why != nullptr) *why = what + " (" + kForwardSupport + ")";
+  return false;
+}
+
+bool aligned_16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// Element strides of 16-bit data that keep every row start 16-byte aligned.
+bool strides_ok(const StridedPtr& t, const char* name, std::string* why) {
+  const std::int64_t s[3] = {t.batch, t.row, t.head};
+  const char* dims[3] = {"batch", "row", "head"};
+  for (int i = 0; i < 3; ++i)
+    if (s[i] % 8 != 0)
+      return fail(why, std::string(name) + " " + dims[i] + " stride: expected a multiple of 8 elements (16 bytes), got " +
+                           std::to_string(s[i]));
+  if (!aligned_16(t.ptr)) return fail(why, std::string(name) + ": expected a 16-byte aligned data pointer, got a misaligned one");
+  return true;
+}
+
+}  // namespace
+
+int device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver / no device" error
+    return 0;
+  }
+  return n;
+}
+
+bool supports_forward(const AttentionParams& p, std::string* why) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return fail(why, std::string("dtype: expected f16 or bf16 on CUDA, got ") + dtype_name(p.dtype));
+  if (!sm80::forward_head_dim_compiled(p.head_dim))
+    return fail(why, "head_dim: expected 64, 128 or 256 on CUDA, got " + std::to_string(p.head_dim));
+  if (p.batch > 65535 || p.heads_q > 65535)
+    return fail(why, "batch and heads_q: expected at most 65535 each on CUDA, got " + std::to_string(p.batch) +
+                         " and " + std::to_string(p.heads_q));
+  const std::pair<const StridedPtr*, const char*> tensors[] = {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "out"}};
+  for (const auto& [t, name] : tensors)
+    if (!strides_ok(*t, name, why)) return false;
+  int major = 0, optin = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(why, "device: expected a usable CUDA device, got cuda:" + std::to_string(p.device.index) +
+                         " whose attributes cannot be read");
+  }
+  if (major < 8)
+    return fail(why, "device: expected compute capability >= 8.0, got " + std::to_string(major) + ".x");
+  const int smem = sm80::forward_smem_bytes(p.head_dim);
+  if (optin < smem)
+    return fail(why, "head_dim " + std::to_string(p.head_dim) + ": needs " + std::to_string(smem / 1024) +
+                         " KB of shared memory per block, the device allows " + std::to_string(optin / 1024) + " KB");
+  if (why != nullptr) why->clear();
+  return true;
+}
+
+void attention_forward(const AttentionParams& p) { sm80::run_forward(p); }
+
+void merge_states(const MergeParams&) {
+  throw Error(ErrorCode::unsupported, "o_states",
+              "merge_states: not yet implemented on CUDA (the CUDA serving kernels are a later issue); "
+              "run it on CPU tensors");
+}
+
+void append_paged_kv(const AppendParams&) {
+  throw Error(ErrorCode::unsupported, "cache",
+              "append_paged_kv: not yet implemented on CUDA (the CUDA serving kernels are a later issue); "
+              "run it on CPU tensors");
+}
+
+void copy_pages(const CopyPagesParams&) {
+  throw Error(ErrorCode::unsupported, "cache",
+              "copy_pages: not yet implemented on CUDA (the CUDA serving kernels are a later issue); "
+              "run it on CPU tensors");
+}
+
+}  // namespace tessera::cuda

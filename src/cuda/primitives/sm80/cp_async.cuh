@@ -1,0 +1,31 @@
+// cp.async (sm_80+): asynchronous global -> shared copies that bypass registers.
+// We use only the 16-byte .cg form (caches in L2, not L1: streamed tiles are read once per
+// CTA). With src-size 0 the 16 destination bytes are zero-filled and nothing is read, which
+// is how tiles that hang over a sequence's end are padded without touching memory past it.
+//
+// Completion: each thread's copies since its last commit form one group; wait_group<N> waits
+// until at most N of the calling thread's groups are pending. Other threads' copies become
+// visible only after a barrier (__syncthreads) that follows everyone's wait.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::cuda::sm80 {
+
+// Copies 16 bytes from global `src` to shared address `dst` (both 16-byte aligned) when
+// `valid`; otherwise writes 16 zero bytes to `dst` and reads nothing (src must still be a
+// valid-looking pointer; pass the tensor's base).
+__device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  static_assert(N >= 0 && N <= 7, "wait_group takes a small immediate");
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace tessera::cuda::sm80
