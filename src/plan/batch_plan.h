@@ -1,0 +1,163 @@
+// The batch-attention plan: a host-only, deterministic scheduler and the plain-data format it
+// writes into the caller's workspace. A backend executes the plan without looking at the
+// request lengths again.
+//
+// Work decomposition (FlashInfer-style):
+//   - Request b's query rows are cut into Q tiles of `q_tile_rows` rows; one work item serves a
+//     tile for ONE kv head and ALL query heads of that head's GQA group (rows x group query
+//     vectors share every K/V load).
+//   - A tile's visible keys (mask.h: union over its rows, so causal tiles skip the masked
+//     upper triangle) are cut into KV chunks of `chunk` tokens, aligned at the tile's first
+//     visible key. One chunk: the item writes out/lse directly. Several: each item writes an
+//     fp32 partial state (its O, normalised over its own chunk, and that chunk's LSE) and a
+//     merge pass combines the partials of each split query row with math::LseMerger.
+//   - A tile with no visible key still gets one item (kv range empty): it writes O = 0,
+//     LSE = -inf.
+//
+// Workspace layout (all offsets 16-byte aligned, fixed for a (config, facts, workspace bytes)
+// triple so a CUDA graph captured with these pointers stays valid across plan() calls):
+//   PlanHeader | qo_indptr int32[max_requests + 1] | kv_len int32[max_requests]
+//   | items WorkItem[max_items] | merge_indptr int32[max_q_tokens + 1]
+//   | merge_row int32[max_q_tokens] | merge_partial int32[max_partial_rows]
+//   | partial_lse f32[max_partial_rows * heads_q] | partial_o f32[max_partial_rows * heads_q * head_dim]
+// Counts (batch, num_items, num_merge_rows) live in the header, so a fixed-grid kernel reads
+// them at run time: a grid of layout.max_items items (or a persistent loop) stays correct.
+//
+// Partial row p holds one query token's partial state for every query head:
+//   partial_o[(p * heads_q + h) * head_dim + d], partial_lse[p * heads_q + h].
+// The items of one (tile, chunk) for different kv heads share partial rows and write
+// disjoint heads. A split tile with R rows and K chunks owns rows base + c * R + r.
+// Merge row m combines, for token merge_row[m] (a global q row), the partial rows
+// merge_partial[merge_indptr[m] .. merge_indptr[m + 1]) in KV order (deterministic).
+//
+// Capacity: the fixed part is sized by (max_requests, max_q_tokens); the split region by a
+// number of "split slots" S (one slot = one (tile, chunk) of a split tile):
+//   max_items = (max_tiles + S) * heads_kv,  max_partial_rows = S * q_tile_rows,
+//   max_tiles = floor((max_q_tokens + max_requests * (q_tile_rows - 1)) / q_tile_rows).
+// workspace_size() gives S = default_split_slots() (enough for automatic mode); a larger
+// workspace yields more slots (fixed mode with small chunks on long sequences may need them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tessera/batch.h"
+
+namespace tessera::plan {
+
+inline constexpr std::uint32_t kPlanMagic = 0x31504254u;  // "TBP1"
+inline constexpr std::uint32_t kPlanVersion = 1;
+inline constexpr int kPackedQRows = 64;  // target query vectors (rows x group) per item
+inline constexpr int kKVTile = 64;       // KV tokens per tile; automatic chunks are multiples
+inline constexpr int kMinSplitSlots = 64;
+inline constexpr std::size_t kAlign = 16;
+
+struct alignas(16) PlanHeader {
+  std::uint32_t magic = kPlanMagic;
+  std::uint32_t version = kPlanVersion;
+  std::uint64_t generation = 0;  // unique per plan() in the process; run() checks it
+  std::int32_t batch = 0;
+  std::int32_t total_q = 0;
+  std::int32_t num_items = 0;
+  std::int32_t num_merge_rows = 0;
+  std::int32_t num_partial_rows = 0;
+  std::int32_t q_tile_rows = 0;
+  std::int32_t heads_q = 0;
+  std::int32_t heads_kv = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t split_slots = 0;  // (tile, chunk) pairs of split tiles
+  std::int32_t reserved[2] = {};
+};
+static_assert(sizeof(PlanHeader) == 64);
+
+inline constexpr std::int32_t kDirect = -1;  // WorkItem::partial_row: write out/lse directly
+
+struct alignas(16) WorkItem {
+  std::int32_t request;
+  std::int32_t kv_head;
+  std::int32_t q_begin;   // rows [q_begin, q_end) of the request (add qo_indptr[request])
+  std::int32_t q_end;
+  std::int32_t kv_begin;  // keys [kv_begin, kv_end) of the request
+  std::int32_t kv_end;
+  std::int32_t partial_row;  // kDirect, or the partial row of q_begin (rows follow on)
+  std::int32_t chunk;        // chunk index within the tile (0 for direct items)
+};
+static_assert(sizeof(WorkItem) == 32);
+
+// What the planner needs from BatchConfig and DeviceFacts.
+struct PlanConfig {
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;
+  int page_size = 1;
+  int max_requests = 0;
+  int max_q_tokens = 0;
+  int num_sms = 1;
+  SplitPolicy split;
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+};
+PlanConfig make_plan_config(const BatchConfig& config, const DeviceFacts& facts);
+
+// Byte offsets from the workspace start, and capacities.
+struct WorkspaceLayout {
+  std::uint64_t header = 0, qo_indptr = 0, kv_len = 0, items = 0, merge_indptr = 0, merge_row = 0,
+                merge_partial = 0, partial_lse = 0, partial_o = 0;
+  std::uint64_t plan_bytes = 0;   // end of the plan arrays (= partial_lse)
+  std::uint64_t total_bytes = 0;  // end of partial_o
+  std::int32_t max_requests = 0, max_q_tokens = 0, max_tiles = 0, max_items = 0, split_slots = 0,
+               max_partial_rows = 0, q_tile_rows = 0, heads_q = 0, head_dim = 0;
+};
+
+int q_tile_rows(int heads_q, int heads_kv);
+int default_split_slots(const PlanConfig& cfg);
+WorkspaceLayout layout_for_slots(const PlanConfig& cfg, std::int64_t slots);
+// The layout a workspace of `bytes` gets: the most split slots that fit (at least the
+// default). Throws workspace_too_small (argument "workspace") when even the default does not fit.
+WorkspaceLayout workspace_layout(const PlanConfig& cfg, std::size_t bytes);
+
+// Views of the plan arrays inside a workspace (or a host image) with a given layout.
+struct PlanView {
+  PlanHeader* header;
+  std::int32_t* qo_indptr;
+  std::int32_t* kv_len;
+  WorkItem* items;
+  std::int32_t* merge_indptr;
+  std::int32_t* merge_row;
+  std::int32_t* merge_partial;
+  float* partial_lse;
+  float* partial_o;
+};
+PlanView plan_view(void* base, const WorkspaceLayout& layout);
+
+// Per-tile facts kept between the counting and the writing pass (reused, no allocation once
+// grown to the capacity).
+struct PlanScratch {
+  struct Tile { std::int32_t request, q_begin, q_end, kv_begin, kv_end; };
+  std::vector<Tile> tiles;
+};
+
+struct PlanSummary {
+  int batch = 0;
+  std::int64_t total_q = 0;
+  int num_tiles = 0;
+  int num_items = 0;
+  int num_merge_rows = 0;
+  int num_partial_rows = 0;
+  int split_slots = 0;
+  std::int64_t chunk_tokens = 0;  // chosen chunk size; 0 = no split
+};
+
+// Builds the plan for requests (q_lens[b], kv_lens[b]) (already validated: same size,
+// non-negative, within max_requests / max_q_tokens) into `dst` laid out as `layout`.
+// Checks the split region's capacity first and throws workspace_too_small (naming
+// "workspace", with the bytes needed) before writing anything. splits_per_request, if given,
+// receives each request's largest chunk count over its tiles (0 for q_len = 0).
+PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std::span<const std::int32_t> q_lens,
+                       std::span<const std::int32_t> kv_lens, std::uint64_t generation, void* dst,
+                       PlanScratch& scratch, std::vector<std::int32_t>* splits_per_request = nullptr);
+
+}  // namespace tessera::plan

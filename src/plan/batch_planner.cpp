@@ -1,0 +1,286 @@
+// The batch-attention planner (format and rules in batch_plan.h).
+#include "plan/batch_plan.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "api/validate.h"
+#include "math/mask.h"
+
+namespace tessera::plan {
+namespace {
+
+std::uint64_t align_up(std::uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Chunk granularity: a KV tile, or the page when pages are whole multiples of the tile (so
+// chunks never split a page); when the page divides the tile, tile multiples are page-aligned.
+std::int64_t chunk_unit(int page_size) { return page_size % kKVTile == 0 ? page_size : kKVTile; }
+
+// Totals of the split tiles for a chunk size (chunk <= 0: no split).
+struct SplitCount {
+  std::int64_t chunks = 0;     // chunks over all tiles (direct tiles count 1)
+  std::int64_t slots = 0;      // chunks of split tiles
+  std::int64_t partial_rows = 0;
+};
+
+SplitCount count_splits(const PlanScratch& s, int num_tiles, std::int64_t chunk) {
+  SplitCount c;
+  c.chunks = num_tiles;
+  if (chunk <= 0) return c;
+  for (int t = 0; t < num_tiles; ++t) {
+    const auto& tile = s.tiles[static_cast<std::size_t>(t)];
+    const std::int64_t len = tile.kv_end - tile.kv_begin;
+    if (len <= chunk) continue;  // one chunk: direct
+    const std::int64_t k = ceil_div(len, chunk);
+    c.chunks += k - 1;
+    c.slots += k;
+    c.partial_rows += k * (tile.q_end - tile.q_begin);
+  }
+  return c;
+}
+
+bool fits(const SplitCount& c, const WorkspaceLayout& layout) {
+  return c.slots <= layout.split_slots && c.partial_rows <= layout.max_partial_rows;
+}
+
+}  // namespace
+
+PlanConfig make_plan_config(const BatchConfig& config, const DeviceFacts& facts) {
+  PlanConfig c;
+  c.heads_q = config.heads_q;
+  c.heads_kv = config.heads_kv;
+  c.head_dim = config.head_dim;
+  c.page_size = config.page_size;
+  c.max_requests = config.max_requests;
+  c.max_q_tokens = config.max_q_tokens;
+  c.num_sms = std::max(1, facts.num_sms);
+  c.split = config.split;
+  c.causal = config.options.causal;
+  c.window_left = config.options.window_left;
+  c.window_right = config.options.window_right;
+  return c;
+}
+
+int q_tile_rows(int heads_q, int heads_kv) {
+  const int group = heads_q / std::max(1, heads_kv);
+  return std::max(1, kPackedQRows / std::max(1, group));
+}
+
+int default_split_slots(const PlanConfig& cfg) {
+  // Automatic mode keeps its items near 2 * num_sms; 4 * num_sms items' worth of slots leaves
+  // room for the rounding of chunk sizes.
+  const std::int64_t want = ceil_div(4LL * cfg.num_sms, std::max(1, cfg.heads_kv));
+  return static_cast<int>(std::clamp<std::int64_t>(want, kMinSplitSlots, 1 << 20));
+}
+
+WorkspaceLayout layout_for_slots(const PlanConfig& cfg, std::int64_t slots) {
+  WorkspaceLayout l;
+  const std::int64_t t = q_tile_rows(cfg.heads_q, cfg.heads_kv);
+  const std::int64_t max_tiles = (cfg.max_q_tokens + static_cast<std::int64_t>(cfg.max_requests) * (t - 1)) / t;
+  // Keep every index of the plan within int32.
+  const std::int64_t slot_cap = INT32_MAX / std::max<std::int64_t>(cfg.heads_kv, t) - max_tiles;
+  slots = std::clamp<std::int64_t>(slots, 0, std::max<std::int64_t>(slot_cap, 0));
+  l.max_requests = cfg.max_requests;
+  l.max_q_tokens = cfg.max_q_tokens;
+  l.max_tiles = static_cast<std::int32_t>(max_tiles);
+  l.split_slots = static_cast<std::int32_t>(slots);
+  l.max_items = static_cast<std::int32_t>((max_tiles + slots) * cfg.heads_kv);
+  l.max_partial_rows = static_cast<std::int32_t>(slots * t);
+  l.q_tile_rows = static_cast<std::int32_t>(t);
+  l.heads_q = cfg.heads_q;
+  l.head_dim = cfg.head_dim;
+
+  std::uint64_t at = 0;
+  auto place = [&](std::uint64_t bytes) {
+    const std::uint64_t off = at;
+    at = align_up(at + bytes);
+    return off;
+  };
+  const std::uint64_t i32 = sizeof(std::int32_t);
+  l.header = place(sizeof(PlanHeader));
+  l.qo_indptr = place(i32 * (static_cast<std::uint64_t>(cfg.max_requests) + 1));
+  l.kv_len = place(i32 * static_cast<std::uint64_t>(cfg.max_requests));
+  l.items = place(sizeof(WorkItem) * static_cast<std::uint64_t>(l.max_items));
+  l.merge_indptr = place(i32 * (static_cast<std::uint64_t>(cfg.max_q_tokens) + 1));
+  l.merge_row = place(i32 * static_cast<std::uint64_t>(cfg.max_q_tokens));
+  l.merge_partial = place(i32 * static_cast<std::uint64_t>(l.max_partial_rows));
+  l.plan_bytes = at;
+  const std::uint64_t prow_heads = static_cast<std::uint64_t>(l.max_partial_rows) * static_cast<std::uint64_t>(cfg.heads_q);
+  l.partial_lse = place(sizeof(float) * prow_heads);
+  l.partial_o = place(sizeof(float) * prow_heads * static_cast<std::uint64_t>(cfg.head_dim));
+  l.total_bytes = at;
+  return l;
+}
+
+WorkspaceLayout workspace_layout(const PlanConfig& cfg, std::size_t bytes) {
+  const int def = default_split_slots(cfg);
+  WorkspaceLayout l = layout_for_slots(cfg, def);
+  if (bytes < l.total_bytes)
+    validate::fail(ErrorCode::workspace_too_small, "workspace",
+                   "at least " + std::to_string(l.total_bytes) + " bytes (BatchAttention::workspace_size)",
+                   std::to_string(bytes) + " bytes");
+  // Spare bytes become extra split slots; alignment padding may cost a slot or two.
+  const std::uint64_t t = static_cast<std::uint64_t>(l.q_tile_rows);
+  const std::uint64_t per_slot = sizeof(WorkItem) * static_cast<std::uint64_t>(cfg.heads_kv) +
+                                 t * (sizeof(std::int32_t) + sizeof(float) * static_cast<std::uint64_t>(cfg.heads_q) *
+                                                                 (1 + static_cast<std::uint64_t>(cfg.head_dim)));
+  std::int64_t slots = def + static_cast<std::int64_t>((bytes - l.total_bytes) / per_slot);
+  for (;; --slots) {
+    WorkspaceLayout m = layout_for_slots(cfg, slots);
+    if (m.total_bytes <= bytes || slots <= def) return m.total_bytes <= bytes ? m : l;
+  }
+}
+
+PlanView plan_view(void* base, const WorkspaceLayout& l) {
+  auto* b = static_cast<unsigned char*>(base);
+  return PlanView{reinterpret_cast<PlanHeader*>(b + l.header),
+                  reinterpret_cast<std::int32_t*>(b + l.qo_indptr),
+                  reinterpret_cast<std::int32_t*>(b + l.kv_len),
+                  reinterpret_cast<WorkItem*>(b + l.items),
+                  reinterpret_cast<std::int32_t*>(b + l.merge_indptr),
+                  reinterpret_cast<std::int32_t*>(b + l.merge_row),
+                  reinterpret_cast<std::int32_t*>(b + l.merge_partial),
+                  reinterpret_cast<float*>(b + l.partial_lse),
+                  reinterpret_cast<float*>(b + l.partial_o)};
+}
+
+PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std::span<const std::int32_t> q_lens,
+                       std::span<const std::int32_t> kv_lens, std::uint64_t generation, void* dst,
+                       PlanScratch& scratch, std::vector<std::int32_t>* splits_per_request) {
+  const int batch = static_cast<int>(q_lens.size());
+  const int t_rows = layout.q_tile_rows;
+
+  // Pass 1: Q tiles and the keys each one can see (no per-token work).
+  if (scratch.tiles.size() < static_cast<std::size_t>(layout.max_tiles))
+    scratch.tiles.resize(static_cast<std::size_t>(layout.max_tiles));
+  int num_tiles = 0;
+  std::int64_t total_q = 0, max_len = 0;
+  for (int b = 0; b < batch; ++b) {
+    const int q_len = q_lens[b], kv_len = kv_lens[b];
+    total_q += q_len;
+    const math::MaskSpec mask = math::MaskSpec::make(q_len, kv_len, cfg.causal, cfg.window_left, cfg.window_right);
+    for (int q0 = 0; q0 < q_len; q0 += t_rows) {
+      const int q1 = std::min(q_len, q0 + t_rows);
+      math::KeyRange keys = math::visible_keys_of_rows(mask, q0, q1);
+      if (keys.empty()) keys = {0, 0};
+      // Capacity of max_tiles follows from the validated q token and request limits.
+      scratch.tiles[static_cast<std::size_t>(num_tiles++)] = {b, q0, q1, keys.begin, keys.end};
+      max_len = std::max<std::int64_t>(max_len, keys.end - keys.begin);
+    }
+  }
+
+  // Pass 2: the chunk size.
+  std::int64_t chunk = 0;
+  const std::int64_t base_items = static_cast<std::int64_t>(num_tiles) * cfg.heads_kv;
+  switch (cfg.split.mode) {
+    case SplitPolicy::Mode::disabled: chunk = 0; break;
+    case SplitPolicy::Mode::fixed: chunk = cfg.split.kv_chunk_tokens; break;
+    case SplitPolicy::Mode::automatic: {
+      const std::int64_t target = 2LL * cfg.num_sms;
+      const std::int64_t unit = chunk_unit(cfg.page_size);
+      if (base_items >= target || max_len <= unit) break;
+      // Items and split slots only fall as the chunk grows, so both bounds are binary searches
+      // over k (chunk = k * unit): the largest chunk that still gives >= target items, but no
+      // smaller than the smallest chunk the workspace can hold.
+      const std::int64_t k_max = ceil_div(max_len, unit);
+      std::int64_t lo = 1, hi = k_max;  // smallest feasible k; k_max is feasible (no split)
+      while (lo < hi) {
+        const std::int64_t mid = (lo + hi) / 2;
+        if (fits(count_splits(scratch, num_tiles, mid * unit), layout)) hi = mid; else lo = mid + 1;
+      }
+      const std::int64_t k_feasible = lo;
+      lo = 1, hi = k_max;  // largest k with items >= target (1 when none reaches it)
+      while (lo < hi) {
+        const std::int64_t mid = (lo + hi + 1) / 2;
+        if (count_splits(scratch, num_tiles, mid * unit).chunks * cfg.heads_kv >= target) lo = mid; else hi = mid - 1;
+      }
+      chunk = std::max(k_feasible, lo) * unit;
+      if (chunk >= max_len) chunk = 0;
+      break;
+    }
+  }
+  const SplitCount counts = count_splits(scratch, num_tiles, chunk);
+  if (!fits(counts, layout)) {
+    const std::int64_t need = std::max(counts.slots, ceil_div(counts.partial_rows, t_rows));
+    const WorkspaceLayout needed = layout_for_slots(cfg, need);
+    validate::fail(ErrorCode::workspace_too_small, "workspace",
+                   "at least " + std::to_string(needed.total_bytes) + " bytes for " + std::to_string(counts.slots) +
+                       " KV chunks of split query tiles (split.kv_chunk_tokens = " + std::to_string(chunk) + ")",
+                   std::to_string(layout.total_bytes) + " usable bytes (room for " +
+                       std::to_string(layout.split_slots) + " chunks)");
+  }
+
+  // Pass 3: write the plan. Nothing above touched dst.
+  PlanView v = plan_view(dst, layout);
+  std::int32_t q_off = 0;
+  v.qo_indptr[0] = 0;
+  for (int b = 0; b < batch; ++b) {
+    q_off += q_lens[b];
+    v.qo_indptr[b + 1] = q_off;
+    v.kv_len[b] = kv_lens[b];
+  }
+  if (splits_per_request) splits_per_request->assign(static_cast<std::size_t>(batch), 0);
+
+  int n_items = 0, n_merge = 0, n_prow = 0;
+  v.merge_indptr[0] = 0;
+  std::int32_t merge_entries = 0;
+  for (int t = 0; t < num_tiles; ++t) {
+    auto& tile = scratch.tiles[static_cast<std::size_t>(t)];
+    const std::int64_t len = tile.kv_end - tile.kv_begin;
+    const int k = (chunk > 0 && len > chunk) ? static_cast<int>(ceil_div(len, chunk)) : 1;
+    if (splits_per_request) {
+      auto& s = (*splits_per_request)[static_cast<std::size_t>(tile.request)];
+      s = std::max(s, k);
+    }
+    if (k == 1) {
+      for (int h = 0; h < cfg.heads_kv; ++h)
+        v.items[n_items++] = {tile.request, h, tile.q_begin, tile.q_end, tile.kv_begin, tile.kv_end, kDirect, 0};
+      continue;
+    }
+    const int rows = tile.q_end - tile.q_begin;
+    const int base = n_prow;
+    for (int c = 0; c < k; ++c) {
+      const auto kb = static_cast<std::int32_t>(tile.kv_begin + c * chunk);
+      const auto ke = static_cast<std::int32_t>(std::min<std::int64_t>(tile.kv_end, tile.kv_begin + (c + 1) * chunk));
+      for (int h = 0; h < cfg.heads_kv; ++h)
+        v.items[n_items++] = {tile.request, h, tile.q_begin, tile.q_end, kb, ke, base + c * rows, c};
+    }
+    n_prow += k * rows;
+    const std::int32_t row0 = v.qo_indptr[tile.request] + tile.q_begin;
+    for (int r = 0; r < rows; ++r) {
+      v.merge_row[n_merge] = row0 + r;
+      for (int c = 0; c < k; ++c) v.merge_partial[merge_entries++] = base + c * rows + r;
+      v.merge_indptr[++n_merge] = merge_entries;
+    }
+  }
+
+  PlanHeader h;
+  h.generation = generation;
+  h.batch = batch;
+  h.total_q = static_cast<std::int32_t>(total_q);
+  h.num_items = n_items;
+  h.num_merge_rows = n_merge;
+  h.num_partial_rows = n_prow;
+  h.q_tile_rows = t_rows;
+  h.heads_q = cfg.heads_q;
+  h.heads_kv = cfg.heads_kv;
+  h.head_dim = cfg.head_dim;
+  h.split_slots = static_cast<std::int32_t>(counts.slots);
+  std::memcpy(v.header, &h, sizeof h);
+
+  PlanSummary s;
+  s.batch = batch;
+  s.total_q = total_q;
+  s.num_tiles = num_tiles;
+  s.num_items = n_items;
+  s.num_merge_rows = n_merge;
+  s.num_partial_rows = n_prow;
+  s.split_slots = static_cast<int>(counts.slots);
+  s.chunk_tokens = counts.slots > 0 ? chunk : 0;
+  return s;
+}
+
+}  // namespace tessera::plan
