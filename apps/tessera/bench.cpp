@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,6 +40,17 @@ bool matches(const bench::Suite& s, const std::string& want, DeviceKind device) 
   return s.device == device && s.name == std::string(kind_name(device)) + "." + want;
 }
 
+// CSV columns shared with bench/peers.py and bench/compare.py.
+constexpr const char* kCsvHeader = "suite,backend,dtype,head_dim,seq,batch,heads,causal,ms,tflops,gbps\n";
+
+void write_csv_row(std::FILE* f, const std::string& kind, const std::string& backend, const std::string& dtype,
+                   int head_dim, int seq, int batch, int heads, bool causal, double ms, double tflops, double gbps) {
+  if (!f) return;
+  std::fprintf(f, "%s,%s,%s,%d,%d,%d,%d,%d,%.6g,%.6g,%.6g\n", kind.c_str(), backend.c_str(), dtype.c_str(), head_dim,
+               seq, batch, heads, causal ? 1 : 0, ms, tflops, gbps);
+  std::fflush(f);
+}
+
 void print_row(const std::string& suite, const bench::Row& r, const bench::Ceilings& c) {
   std::string rate = "-", frac = "-";
   char buf[64];
@@ -70,7 +81,7 @@ void print_row(const std::string& suite, const bench::Row& r, const bench::Ceili
 int run_bench(int argc, char** argv) {
   std::vector<std::string> wanted;
   bool list = false, quick = false;
-  std::string device_arg = "auto";
+  std::string device_arg = "auto", csv_path;
   bench::Context ctx;
   ArgParser args("tessera bench [--suite NAME ...] [--list] [--device cpu|cuda] [options]",
                  "Runs benchmark suites and prints a table: case, shape, median time, GFLOP/s or GB/s, and the\n"
@@ -84,6 +95,7 @@ int run_bench(int argc, char** argv) {
   args.add_int("threads", &ctx.threads, "CPU threads; 0 = all cores");
   args.add_double("min-time", &ctx.min_time, "seconds of timed runs per case, after one warm-up run");
   args.add_flag("quick", &quick, "fewer and smaller cases");
+  args.add_string("csv", &csv_path, "also write rows to this CSV file (columns of bench/peers.py, for bench/compare.py)");
   args.add_epilog("Record figures you quote in bench/RESULTS.md with date, machine, commit, exact command and the\n"
                   "peers measured in the same run.\n");
   if (!args.parse(argc, argv, 2)) return 0;
@@ -132,23 +144,41 @@ int run_bench(int argc, char** argv) {
   if (ctx.device.kind == DeviceKind::cpu) std::cout << " (" << query_device(ctx.device).num_sms << " threads)";
   std::cout << "\n";
 
+  std::FILE* csv = nullptr;
+  if (!csv_path.empty()) {
+    csv = std::fopen(csv_path.c_str(), "w");
+    if (!csv) throw std::runtime_error("--csv: cannot open '" + csv_path + "' for writing");
+    std::fputs(kCsvHeader, csv);
+  }
+  const std::string backend = std::string("tessera_") + kind_name(ctx.device.kind);
+
   bench::Ceilings ceilings;
   for (const auto& p : bench::ceiling_providers()) {
     if (p.device != ctx.device.kind) continue;
     ceilings = p.measure(ctx);
     break;
   }
-  if (ceilings.flops > 0)
+  if (ceilings.flops > 0) {
     std::printf("ceiling: %.1f GFLOP/s (%s)\n", ceilings.flops / 1e9, ceilings.flops_what.c_str());
-  if (ceilings.read_bytes > 0)
+    write_csv_row(csv, "ceiling", backend + "_flops", "fp32", 0, 0, 1, 1, false, 0, ceilings.flops / 1e12, 0);
+  }
+  if (ceilings.read_bytes > 0) {
     std::printf("ceiling: %.1f GB/s (%s)\n", ceilings.read_bytes / 1e9, ceilings.read_what.c_str());
+    write_csv_row(csv, "ceiling", backend + "_read_sum", "fp32", 0, 0, 1, 1, false, 0, 0, ceilings.read_bytes / 1e9);
+  }
   std::printf("\n%-13s %-26s %-30s %10s %15s %14s  %s\n", "suite", "case", "shape", "median", "rate", "of ceiling",
               "note");
   std::fflush(stdout);
   for (const bench::Suite& s : selected) {
     // Rows are printed as the cases finish, so long runs show progress.
-    s.run(ctx, [&](const bench::Row& r) { print_row(s.name, r, ceilings); });
+    s.run(ctx, [&](const bench::Row& r) {
+      print_row(s.name, r, ceilings);
+      if (r.seconds > 0 && !r.kind.empty())
+        write_csv_row(csv, r.kind, backend, dtype_name(r.dtype), r.head_dim, r.seq, r.batch, r.heads, r.causal,
+                      r.seconds * 1e3, r.flops / r.seconds / 1e12, r.bytes / r.seconds / 1e9);
+    });
   }
+  if (csv) std::fclose(csv);
   return 0;
 }
 

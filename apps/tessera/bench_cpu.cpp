@@ -106,6 +106,16 @@ std::string case_name(const char* what, const DenseCase& c) {
   return std::string(what) + " " + dtype_name(c.dtype) + (c.causal ? " causal" : "");
 }
 
+void set_key(Row& r, const char* kind, const DenseCase& c) {
+  r.kind = kind;
+  r.dtype = c.dtype;
+  r.head_dim = c.d;
+  r.seq = c.s;
+  r.batch = c.b;
+  r.heads = c.hq;
+  r.causal = c.causal;
+}
+
 std::vector<DenseCase> forward_cases(bool quick) {
   if (quick) return {{1, 8, 8, 256, 64, false, DType::bf16}, {1, 8, 2, 512, 128, true, DType::bf16}};
   return {{1, 8, 8, 512, 64, false, DType::bf16},  {1, 8, 8, 1024, 64, true, DType::bf16},
@@ -131,6 +141,7 @@ void run_forward(const Context& ctx, const Emit& emit) {
     r.shape = dense_shape(c.b, c.hq, c.hkv, c.s, c.s, c.d);
     r.seconds = median_seconds([&] { attention_forward(tq, tk, tv, to, Tensor(), opt, ec); }, ctx.min_time);
     r.flops = forward_flops(c.b, c.hq, c.s, c.s, c.d, c.causal);
+    set_key(r, "forward", c);
     emit(r);
   }
 }
@@ -169,6 +180,7 @@ void run_backward(const Context& ctx, const Emit& emit) {
     r.seconds = median_seconds([&] { attention_backward(tq, tk, tv, to, tdo, tl, tdq, tdk, tdv, opt, ec); },
                                ctx.min_time);
     r.flops = backward_flops(c.b, c.hq, c.s, c.s, c.d, c.causal);
+    set_key(r, "backward", c);
     emit(r);
   }
 }
@@ -276,6 +288,13 @@ Row time_batch(const std::string& name, const PagedBatch& pb, const Context& ctx
     r.note = "exact causal pairs";
   }
   r.note += ", " + std::to_string(attn.planned_work_items()) + " work items";
+  r.kind = q_max == 1 ? "decode" : "mixed";
+  r.dtype = pb.dtype;
+  r.head_dim = pb.d;
+  r.seq = static_cast<int>(kv_max);
+  r.batch = static_cast<int>(pb.q_lens.size());
+  r.heads = pb.hq;
+  r.causal = q_max > 1;
   return r;
 }
 
@@ -336,6 +355,11 @@ void run_plan(const Context& ctx, const Emit& emit) {
     r.seconds = median_seconds([&] { attn.plan(q_lens, kv_lens, f, w); }, ctx.min_time);
     r.note = format_seconds(r.seconds / n) + " per request, " + std::to_string(attn.planned_work_items()) +
              " work items, workspace " + std::to_string(ws.bytes() / 1024) + " KiB";
+    r.kind = "plan";
+    r.head_dim = cfg.head_dim;
+    r.batch = n;
+    r.heads = cfg.heads_q;
+    r.seq = f.num_sms;  // the CSV's seq column carries the planned device's SM count here
     emit(r);
   }
 }

@@ -43,6 +43,12 @@ struct Row {
   double flops = 0;   // useful FLOPs per call (convention in docs/TESTING.md / bench/RESULTS.md)
   double bytes = 0;   // bytes that must move per call (memory-bound cases)
   std::string note;
+  // Key columns of --csv, the same as bench/peers.py writes, so bench/compare.py can join rows
+  // on (kind, dtype, head_dim, seq, batch, causal). For decode, seq is the KV length.
+  std::string kind;  // "forward", "backward", "decode", "mixed", "plan"
+  DType dtype = DType::bf16;
+  int head_dim = 0, seq = 0, batch = 0, heads = 0;
+  bool causal = false;
 };
 
 // Called by a suite once per measured case, as soon as the case is done.
