@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -75,7 +76,8 @@ NaiveGrads naive_same_precision_backward(const BackwardParams& p);
 // or a mismatch of infinities.
 double max_abs_error(const std::vector<double>& a, const std::vector<double>& ref);
 
-// Rounding floor of the tolerance rule for outputs of magnitude `scale` in `dtype`.
+// Rounding floor of the tolerance rule for outputs of magnitude `scale` in `dtype`:
+// 2 * epsilon(dtype) * max(1, scale).
 double rounding_floor(DType dtype, double scale);
 double max_abs(const std::vector<double>& v);
 // The whole rule's bound: 2 * max|naive - oracle| + rounding_floor(dtype, max|oracle|).
@@ -112,6 +114,9 @@ struct CaseSpec {
   bool ragged() const { return !q_lens.empty(); }
   std::string name() const;  // short description for failure messages
 };
+
+// gtest prints a spec by its name instead of its bytes.
+inline void PrintTo(const CaseSpec& s, std::ostream* os) { *os << s.name(); }
 
 struct AttentionCase {
   AttentionCase(const CaseSpec& spec, std::mt19937_64& rng);
