@@ -1,0 +1,367 @@
+// The CUDA backward's entry points: supports_backward, attention_backward, and the small
+// pre/post kernels around the main kernel (kernel.cuh, instantiated per head dim).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "cuda/common/check.h"
+#include "cuda/common/types.cuh"
+#include "cuda/cuda_backend.h"
+#include "cuda/sm80/backward/backward.h"
+#include "cuda/sm80/backward/tiles.h"
+#include "tessera/error.h"
+
+namespace tessera::cuda {
+namespace sm80 {
+
+BwdShape backward_shape(int head_dim) {
+  switch (head_dim) {
+    case 64: return {bwd::Layout<64>::Bc, bwd::Layout<64>::Br, bwd::Layout<64>::kThreads, bwd::Layout<64>::kSmem};
+    case 128: return {bwd::Layout<128>::Bc, bwd::Layout<128>::Br, bwd::Layout<128>::kThreads, bwd::Layout<128>::kSmem};
+    case 256: return {bwd::Layout<256>::Bc, bwd::Layout<256>::Br, bwd::Layout<256>::kThreads, bwd::Layout<256>::kSmem};
+    default: return {0, 0, 0, 0};
+  }
+}
+
+namespace {
+
+// Addressing of the (row, head) pairs the pre/post kernels walk: a "global row" gr is
+// b * seq + i for dense tensors, the packed row for ragged ones (zero batch stride).
+struct RowMap {
+  int seq = 0;  // dense rows per sequence; 0 for ragged
+  __device__ __forceinline__ std::int64_t offset(const std::int64_t gr, int h, std::int64_t sb, std::int64_t sr,
+                                                 std::int64_t sh) const {
+    if (seq == 0) return gr * sr + h * sh;
+    const std::int64_t b = gr / seq;
+    return b * sb + (gr - b * seq) * sr + h * sh;
+  }
+};
+
+struct PreArgs {
+  const void* o;
+  const void* dout;
+  std::int64_t o_batch, o_row, o_head, do_batch, do_row, do_head;
+  const float* lse;
+  std::int64_t lse_batch, lse_head;
+  float* lse2;
+  float* dsum;
+  float* dq_accum;
+  std::int64_t total_q;
+  int heads_q;
+  RowMap rows;
+};
+
+// One group of D/8 threads per (row, head): 16-byte loads of O and dO, a shuffle reduction.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) backward_pre_kernel(const PreArgs a) {
+  constexpr int kTpr = D / 8;
+  const std::int64_t gid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t item = gid / kTpr;
+  const int sub = static_cast<int>(gid % kTpr);
+  const bool ok = item < a.total_q * a.heads_q;
+  const int h = static_cast<int>(item % a.heads_q);
+  const std::int64_t gr = item / a.heads_q;
+  float dot = 0.0f;
+  if (ok) {
+    const uint4 ov = *reinterpret_cast<const uint4*>(static_cast<const T*>(a.o) +
+                                                     a.rows.offset(gr, h, a.o_batch, a.o_row, a.o_head) + sub * 8);
+    const uint4 dv = *reinterpret_cast<const uint4*>(static_cast<const T*>(a.dout) +
+                                                     a.rows.offset(gr, h, a.do_batch, a.do_row, a.do_head) + sub * 8);
+    const std::uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 of = Traits<T>::unpack2(ow[i]), df = Traits<T>::unpack2(dw[i]);
+      dot = fmaf(of.x, df.x, dot);
+      dot = fmaf(of.y, df.y, dot);
+    }
+  }
+#pragma unroll
+  for (int off = kTpr / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+  if (!ok) return;
+  const std::int64_t hr = static_cast<std::int64_t>(h) * a.total_q + gr;
+  if (sub == 0) {
+    a.dsum[hr] = dot;
+    std::int64_t lo;
+    if (a.rows.seq == 0) {
+      lo = h * a.lse_head + gr;
+    } else {
+      const std::int64_t b = gr / a.rows.seq;
+      lo = b * a.lse_batch + h * a.lse_head + (gr - b * a.rows.seq);
+    }
+    const float l = a.lse[lo];
+    // Rows that saw no key: exp2(s - inf) = 0 gives P = 0 without a test in the main loop.
+    a.lse2[hr] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+  }
+  float4* acc = reinterpret_cast<float4*>(a.dq_accum + hr * D + sub * 8);
+  acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+  acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+struct PostArgs {
+  const float* src;  // [heads][total][D] (dq) or [splits][total][heads][D] (dk/dv parts)
+  void* dst;
+  std::int64_t d_batch, d_row, d_head;
+  float scale;
+  std::int64_t total;
+  int heads;
+  int splits;  // dk/dv: number of partials; 0 = the dq layout
+  RowMap rows;
+};
+
+// dst(row, head) = scale * src, or the fixed-order sum of the split partials.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) backward_post_kernel(const PostArgs a) {
+  constexpr int kTpr = D / 8;
+  const std::int64_t gid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t item = gid / kTpr;
+  const int sub = static_cast<int>(gid % kTpr);
+  if (item >= a.total * a.heads) return;
+  float v[8];
+  std::int64_t gr;
+  int h;
+  if (a.splits == 0) {
+    h = static_cast<int>(item % a.heads);
+    gr = item / a.heads;
+    const float4* s = reinterpret_cast<const float4*>(a.src + (static_cast<std::int64_t>(h) * a.total + gr) * D + sub * 8);
+    const float4 x = s[0], y = s[1];
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w; v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
+  } else {
+    h = static_cast<int>(item % a.heads);
+    gr = item / a.heads;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+    for (int sp = 0; sp < a.splits; ++sp) {
+      const float4* s = reinterpret_cast<const float4*>(
+          a.src + ((static_cast<std::int64_t>(sp) * a.total + gr) * a.heads + h) * D + sub * 8);
+      const float4 x = s[0], y = s[1];
+      v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w; v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;
+    }
+  }
+  uint4 out;
+  out.x = Traits<T>::pack2(v[0] * a.scale, v[1] * a.scale);
+  out.y = Traits<T>::pack2(v[2] * a.scale, v[3] * a.scale);
+  out.z = Traits<T>::pack2(v[4] * a.scale, v[5] * a.scale);
+  out.w = Traits<T>::pack2(v[6] * a.scale, v[7] * a.scale);
+  *reinterpret_cast<uint4*>(static_cast<T*>(a.dst) + a.rows.offset(gr, h, a.d_batch, a.d_row, a.d_head) + sub * 8) = out;
+}
+
+template <typename T, int D>
+void launch_pre(const PreArgs& a, cudaStream_t stream) {
+  const std::int64_t threads = a.total_q * a.heads_q * (D / 8);
+  if (threads == 0) return;
+  backward_pre_kernel<T, D><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(a);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int D>
+void launch_post(const PostArgs& a, cudaStream_t stream) {
+  const std::int64_t threads = a.total * a.heads * (D / 8);
+  if (threads == 0) return;
+  backward_post_kernel<T, D><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(a);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int D>
+void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
+               const PostArgs& post_dk, const PostArgs& post_dv, cudaStream_t stream) {
+  launch_pre<T, D>(pre, stream);
+  launch_backward_main<T, D>(args, stream);
+  launch_post<T, D>(post_dq, stream);
+  if (args.n_splits > 1) {
+    launch_post<T, D>(post_dk, stream);
+    launch_post<T, D>(post_dv, stream);
+  }
+  (void)p;
+}
+
+template <typename T>
+void run_dtype(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
+               const PostArgs& post_dk, const PostArgs& post_dv, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, stream);
+    case 128: return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, stream);
+    case 256: return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, stream);
+    default: break;
+  }
+  throw Error(ErrorCode::unsupported, "q", "attention_backward: head_dim " + std::to_string(p.head_dim) + " not compiled");
+}
+
+// Restores the calling thread's current device on exit.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    TESSERA_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) TESSERA_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+}  // namespace sm80
+
+namespace {
+
+constexpr const char* kBackwardSupport =
+    "supported on CUDA: f16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0, a saved lse, "
+    "16-byte aligned pointers and 16-byte multiple batch/row/head strides";
+
+bool bwd_fail(std::string* why, const std::string& what) {
+  if (why != nullptr) *why = what + " (" + kBackwardSupport + ")";
+  return false;
+}
+
+bool bwd_strides_ok(const StridedPtr& t, const char* name, std::string* why) {
+  const std::int64_t s[3] = {t.batch, t.row, t.head};
+  const char* dims[3] = {"batch", "row", "head"};
+  for (int i = 0; i < 3; ++i)
+    if (s[i] % 8 != 0)
+      return bwd_fail(why, std::string(name) + " " + dims[i] +
+                               " stride: expected a multiple of 8 elements (16 bytes), got " + std::to_string(s[i]));
+  if ((reinterpret_cast<std::uintptr_t>(t.ptr) & 15u) != 0)
+    return bwd_fail(why, std::string(name) + ": expected a 16-byte aligned data pointer, got a misaligned one");
+  return true;
+}
+
+}  // namespace
+
+bool supports_backward(const BackwardParams& p, std::string* why) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return bwd_fail(why, std::string("dtype: expected f16 or bf16 on CUDA, got ") + dtype_name(p.dtype));
+  const sm80::BwdShape shape = sm80::backward_shape(p.head_dim);
+  if (shape.block_kv == 0)
+    return bwd_fail(why, "head_dim: expected 64, 128 or 256 on CUDA, got " + std::to_string(p.head_dim));
+  if (p.batch > 65535 || p.heads_q > 65535)
+    return bwd_fail(why, "batch and heads_q: expected at most 65535 each on CUDA, got " + std::to_string(p.batch) +
+                             " and " + std::to_string(p.heads_q));
+  if (p.lse.ptr == nullptr) return bwd_fail(why, "lse: expected the forward's saved LSE, got none");
+  const std::pair<const StridedPtr*, const char*> tensors[] = {
+      {&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "out"}, {&p.dout, "dout"}, {&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}};
+  for (const auto& [t, name] : tensors)
+    if (!bwd_strides_ok(*t, name, why)) return false;
+  int major = 0, optin = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return bwd_fail(why, "device: expected a usable CUDA device, got cuda:" + std::to_string(p.device.index) +
+                             " whose attributes cannot be read");
+  }
+  if (major < 8) return bwd_fail(why, "device: expected compute capability >= 8.0, got " + std::to_string(major) + ".x");
+  if (optin < shape.smem_bytes)
+    return bwd_fail(why, "head_dim " + std::to_string(p.head_dim) + ": the backward needs " +
+                             std::to_string(shape.smem_bytes / 1024) + " KB of shared memory per block, the device allows " +
+                             std::to_string(optin / 1024) + " KB");
+  if (why != nullptr) why->clear();
+  return true;
+}
+
+void attention_backward(const BackwardParams& p) {
+  using namespace sm80;
+  DeviceGuard guard(p.device.index);
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const BwdShape shape = backward_shape(p.head_dim);
+  const int D = p.head_dim;
+  const bool ragged = p.ragged();
+  if (p.batch == 0 || (p.total_q == 0 && p.total_k == 0)) return;
+
+  int sms = 1;
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device.index));
+
+  // Split a GQA group over CTAs only while the grid is smaller than the device.
+  const int group = p.group();
+  const std::int64_t kv_tiles = (p.seq_k + shape.block_kv - 1) / shape.block_kv;
+  const std::int64_t base_ctas = kv_tiles * p.heads_kv * p.batch;
+  int splits = 1;
+  for (int s = 1; s <= group; ++s) {
+    if (group % s != 0) continue;
+    splits = s;
+    if (base_ctas * s >= sms) break;
+  }
+
+  // Workspace: dQ accumulator, lse2, D, locks, dK/dV partials (fp32 / int32).
+  const std::size_t n_acc = static_cast<std::size_t>(p.heads_q) * p.total_q * D;
+  const std::size_t n_row = static_cast<std::size_t>(p.heads_q) * p.total_q;
+  const std::int64_t lock_stride = p.total_q / shape.block_q + p.batch + 1;
+  const std::size_t n_lock = p.deterministic ? static_cast<std::size_t>(p.heads_q) * lock_stride : 0;
+  const std::size_t n_part = splits > 1 ? static_cast<std::size_t>(splits) * p.total_k * p.heads_kv * D : 0;
+  const std::size_t off_lse2 = align_up(n_acc * 4);
+  const std::size_t off_dsum = off_lse2 + align_up(n_row * 4);
+  const std::size_t off_lock = off_dsum + align_up(n_row * 4);
+  const std::size_t off_dk = off_lock + align_up(n_lock * 4);
+  const std::size_t off_dv = off_dk + align_up(n_part * 4);
+  const std::size_t bytes = off_dv + align_up(n_part * 4);
+
+  void* ws = nullptr;
+  const cudaError_t alloc = cudaMallocAsync(&ws, bytes, stream);
+  if (alloc == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw Error(ErrorCode::out_of_memory, "", "attention_backward: could not allocate " + std::to_string(bytes) +
+                                                  " bytes of fp32 workspace on the device");
+  }
+  TESSERA_CUDA_CHECK(alloc);
+  auto* base = static_cast<unsigned char*>(ws);
+  try {
+    BwdArgs a;
+    a.q = p.q.ptr; a.k = p.k.ptr; a.v = p.v.ptr; a.dout = p.dout.ptr; a.dk = p.dk.ptr; a.dv = p.dv.ptr;
+    a.q_batch = p.q.batch; a.q_row = p.q.row; a.q_head = p.q.head;
+    a.k_batch = p.k.batch; a.k_row = p.k.row; a.k_head = p.k.head;
+    a.v_batch = p.v.batch; a.v_row = p.v.row; a.v_head = p.v.head;
+    a.do_batch = p.dout.batch; a.do_row = p.dout.row; a.do_head = p.dout.head;
+    a.dk_batch = p.dk.batch; a.dk_row = p.dk.row; a.dk_head = p.dk.head;
+    a.dv_batch = p.dv.batch; a.dv_row = p.dv.row; a.dv_head = p.dv.head;
+    a.dq_accum = reinterpret_cast<float*>(base);
+    a.lse2 = reinterpret_cast<float*>(base + off_lse2);
+    a.dsum = reinterpret_cast<float*>(base + off_dsum);
+    a.locks = p.deterministic ? reinterpret_cast<int*>(base + off_lock) : nullptr;
+    a.dk_part = splits > 1 ? reinterpret_cast<float*>(base + off_dk) : nullptr;
+    a.dv_part = splits > 1 ? reinterpret_cast<float*>(base + off_dv) : nullptr;
+    a.cu_seqlens_q = p.cu_seqlens_q;
+    a.cu_seqlens_k = p.cu_seqlens_k;
+    a.batch = p.batch; a.heads_q = p.heads_q; a.heads_kv = p.heads_kv; a.group = group;
+    a.seq_q = p.seq_q; a.seq_k = p.seq_k; a.total_q = p.total_q; a.total_k = p.total_k;
+    a.n_splits = splits; a.heads_per_split = group / splits;
+    a.lock_stride = lock_stride;
+    a.scale = p.mask.scale;
+    a.scale_log2 = p.mask.scale * 1.4426950408889634f;
+    a.softcap = p.mask.softcap;
+    a.causal = p.mask.causal;
+    a.window_left = p.mask.window_left;
+    a.window_right = p.mask.window_right;
+
+    if (n_lock > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(a.locks, 0, n_lock * 4, stream));
+    // Ragged rows outside every sequence get no partial; keep them finite (zero).
+    if (n_part > 0 && ragged) TESSERA_CUDA_CHECK(cudaMemsetAsync(base + off_dk, 0, off_dv - off_dk + n_part * 4, stream));
+
+    const RowMap qmap{ragged ? 0 : p.seq_q};
+    const RowMap kmap{ragged ? 0 : p.seq_k};
+    PreArgs pre{p.o.ptr, p.dout.ptr, p.o.batch, p.o.row, p.o.head, p.dout.batch, p.dout.row, p.dout.head,
+                p.lse.ptr, p.lse.batch, p.lse.head, reinterpret_cast<float*>(base + off_lse2),
+                reinterpret_cast<float*>(base + off_dsum), a.dq_accum, p.total_q, p.heads_q, qmap};
+    PostArgs post_dq{a.dq_accum, p.dq.ptr, p.dq.batch, p.dq.row, p.dq.head, p.mask.scale, p.total_q, p.heads_q, 0, qmap};
+    PostArgs post_dk{a.dk_part, p.dk.ptr, p.dk.batch, p.dk.row, p.dk.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
+    PostArgs post_dv{a.dv_part, p.dv.ptr, p.dv.batch, p.dv.row, p.dv.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
+
+    if (p.dtype == DType::bf16)
+      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, stream);
+    else
+      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, stream);
+  } catch (...) {
+    (void)cudaFreeAsync(ws, stream);
+    throw;
+  }
+  TESSERA_CUDA_CHECK(cudaFreeAsync(ws, stream));
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,15 @@
+// Backward main-kernel instances for head_dim 128 (one file per head dim keeps builds parallel).
+#include "cuda/sm80/backward/kernel.cuh"
+
+namespace tessera::cuda::sm80 {
+
+template <>
+void launch_backward_main<__half, 128>(const BwdArgs& args, void* stream) {
+  bwd::launch_main<__half, 128>(args, stream);
+}
+template <>
+void launch_backward_main<__nv_bfloat16, 128>(const BwdArgs& args, void* stream) {
+  bwd::launch_main<__nv_bfloat16, 128>(args, stream);
+}
+
+}  // namespace tessera::cuda::sm80

@@ -1,0 +1,477 @@
+// The sm80 backward main kernel (mma.sync m16n8k16, ldmatrix, cp.async).
+//
+// CTA = (KV tile j of Bc rows, kv head + group split, batch); 8 warps. Warp w owns KV rows
+// 16*(w % (Bc/16)) .. +16 and, when WQ = 2 (head_dim 256), half of the query columns of S^T
+// and half of the head_dim columns of dK/dV. Per query tile (Br rows) and query head:
+//   S^T  = K_j Q_i^T                (A = K from smem, B = Q from smem)
+//   P^T  = exp2(S^T * scale*log2e - lse2)   masked -> 0
+//   dV  += P^T dO_i                 (A = P^T from registers, or smem when WQ = 2)
+//   dP^T = V_j dO_i^T
+//   dS^T = P^T * (dP^T - D)  (* (1 - tanh^2) with softcap)   -> smem as bf16/fp16
+//   dK  += dS^T Q_i
+//   dQ_i += dS K_j                  (all 8 warps, 4 x 2 over (Br, head_dim)) -> fp32 atomics
+// Computing S^T rather than S keeps a warp's KV rows in the M dimension of every GEMM whose
+// result it keeps (dK, dV), so P^T and dS^T feed those GEMMs straight from registers.
+//
+// Shared tiles are row-major, 16-byte chunks XOR-swizzled by (row & 7): every ldmatrix
+// phase and every 4-byte fragment store touches 8 distinct chunks, hence no bank conflicts.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/check.h"
+#include "cuda/common/types.cuh"
+#include "cuda/primitives/sm80/cp_async.cuh"
+#include "cuda/primitives/sm80/ldmatrix.cuh"
+#include "cuda/primitives/sm80/mma.cuh"
+#include "cuda/sm80/backward/backward.h"
+#include "cuda/sm80/backward/tiles.h"
+#include "math/mask.h"
+
+namespace tessera::cuda::sm80::bwd {
+
+// Byte offset of 16-byte chunk `ch` of row `r` in a swizzled tile of W 16-bit elements per row.
+template <int W>
+__device__ __forceinline__ std::uint32_t swz(int r, int ch) {
+  return static_cast<std::uint32_t>(r * (W * 2) + ((ch ^ (r & 7)) << 4));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 4-byte cp.async (L1-allocating .ca is the only form for 4 bytes); zero-fill when !valid.
+__device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+
+// Copies `R` rows of W elements (rows past `valid` zero-filled) into a swizzled tile.
+template <int R, int W, int kThreads, typename T>
+__device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, std::int64_t tile_off,
+                                          std::int64_t row_stride, int valid, int tid) {
+  constexpr int kChunks = W / 8;
+  constexpr int kTotal = R * kChunks;
+  static_assert(kTotal % kThreads == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+  for (int it = 0; it < kTotal / kThreads; ++it) {
+    const int c = tid + it * kThreads;
+    const int r = c / kChunks, ch = c % kChunks;
+    const bool ok = r < valid;
+    const T* src = ok ? base + tile_off + r * row_stride + ch * 8 : base;
+    cp_async_16_zfill(s_tile + swz<W>(r, ch), src, ok);
+  }
+}
+
+// acc[n][*] (16 x NCOLS, M = rows x_row0.., N = rows y_row0.. of Y) = X · Y^T over D.
+// X, Y: swizzled [rows][D] tiles.
+template <bool kBf16, int D, int NCOLS>
+__device__ __forceinline__ void gemm_xyT(float (&acc)[NCOLS / 8][4], std::uint32_t sX, int x_row0, std::uint32_t sY,
+                                         int y_row0, int lane) {
+#pragma unroll
+  for (int n = 0; n < NCOLS / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  const int a_row = x_row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int b_row = y_row0 + (lane & 7) + (lane >> 4) * 8;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    std::uint32_t a[4];
+    ldmatrix_x4(a, sX + swz<D>(a_row, kk * 2 + (lane >> 4)));
+#pragma unroll
+    for (int np = 0; np < NCOLS / 16; ++np) {
+      std::uint32_t b[4];
+      ldmatrix_x4(b, sY + swz<D>(b_row + np * 16, kk * 2 + ((lane >> 3) & 1)));
+      mma_m16n8k16<kBf16>(acc[2 * np], a, b[0], b[1]);
+      mma_m16n8k16<kBf16>(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc (16 x NCOLS at columns col0.. of Y) += A · Y[0..KROWS)[col0..], A given as fragments
+// (one per 16 rows of Y); Y: swizzled [KROWS][D] tile read transposed.
+template <bool kBf16, int D, int KROWS, int NCOLS>
+__device__ __forceinline__ void gemm_ay(float (&acc)[NCOLS / 8][4], const std::uint32_t (&a)[KROWS / 16][4],
+                                        std::uint32_t sY, int col0, int lane) {
+  const int b_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int t = 0; t < KROWS / 16; ++t) {
+#pragma unroll
+    for (int np = 0; np < NCOLS / 16; ++np) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, sY + swz<D>(t * 16 + b_row, (col0 + np * 16) / 8 + (lane >> 4)));
+      mma_m16n8k16<kBf16>(acc[2 * np], a[t], b[0], b[1]);
+      mma_m16n8k16<kBf16>(acc[2 * np + 1], a[t], b[2], b[3]);
+    }
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(const BwdArgs p) {
+  using L = Layout<D>;
+  constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages;
+  constexpr int kThreads = L::kThreads, kQCols = L::kQCols, kDCols = L::kDCols;
+  constexpr bool kBf16 = Traits<T>::is_bf16;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const std::uint32_t s_base = smem_u32(smem);
+  const std::uint32_t sK = s_base + L::kOffK, sV = s_base + L::kOffV;
+  const std::uint32_t sDS = s_base + L::kOffDS, sPT = s_base + L::kOffPT;
+  const float* sLse = reinterpret_cast<const float*>(smem + L::kOffLse);
+  const float* sDel = reinterpret_cast<const float*>(smem + L::kOffDel);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int kvg = warp % L::kWarpsKV, qg = warp / L::kWarpsKV;
+
+  const int j_tile = blockIdx.x;
+  const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
+  const int b = blockIdx.z;
+
+  int q_len = p.seq_q, k_len = p.seq_k;
+  std::int64_t q_row0 = 0, k_row0 = 0;  // first row of the sequence in the tensors' row index
+  std::int64_t q_gr0 = static_cast<std::int64_t>(b) * p.seq_q, k_gr0 = static_cast<std::int64_t>(b) * p.seq_k;
+  if (p.cu_seqlens_q != nullptr) {
+    q_row0 = p.cu_seqlens_q[b];
+    q_len = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    k_row0 = p.cu_seqlens_k[b];
+    k_len = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    q_gr0 = q_row0;
+    k_gr0 = k_row0;
+  }
+  const int kv0 = j_tile * Bc;
+  if (kv0 >= k_len) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
+  const int kv1 = min(kv0 + Bc, k_len);
+
+  const math::MaskSpec mask = math::MaskSpec::make(q_len, k_len, p.causal, p.window_left, p.window_right);
+  const int n_qt = (q_len + Br - 1) / Br;
+  // Query tiles whose visible-key union meets [kv0, kv1): both bounds of the union grow with
+  // the tile index, so it is one range [it0, it1), found by bisection. The deterministic
+  // counter relies on exactly this predicate on both sides.
+  auto tile_keys = [&](int it) {
+    const int r0 = it * Br;
+    return math::visible_keys_of_rows(mask, r0, min(r0 + Br, q_len));
+  };
+  int it0, it1;
+  {
+    int lo = 0, hi = n_qt;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (tile_keys(mid).end > kv0) hi = mid; else lo = mid + 1;
+    }
+    it0 = lo;
+    hi = n_qt;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (tile_keys(mid).begin >= kv1) hi = mid; else lo = mid + 1;
+    }
+    it1 = lo;
+  }
+  const int n_tiles = it1 - it0;
+  const int n_items = n_tiles > 0 ? n_tiles * p.heads_per_split : 0;
+  const int h0 = hkv * p.group + split * p.heads_per_split;
+
+  const T* qg_ptr = static_cast<const T*>(p.q);
+  const T* kg_ptr = static_cast<const T*>(p.k);
+  const T* vg_ptr = static_cast<const T*>(p.v);
+  const T* dog_ptr = static_cast<const T*>(p.dout);
+
+  // Issues the loads of work item `item` (query head, query tile) into stage `st`.
+  auto load_item = [&](int item, int st) {
+    const int h = h0 + item / n_tiles;
+    const int q0 = (it0 + item % n_tiles) * Br;
+    const int valid = q_len - q0;
+    const std::int64_t qoff = b * p.q_batch + (q_row0 + q0) * p.q_row + h * p.q_head;
+    const std::int64_t dooff = b * p.do_batch + (q_row0 + q0) * p.do_row + h * p.do_head;
+    load_tile<Br, D, kThreads>(s_base + L::kOffQ + st * L::kTileQ, qg_ptr, qoff, p.q_row, valid, tid);
+    load_tile<Br, D, kThreads>(s_base + L::kOffDO + st * L::kTileQ, dog_ptr, dooff, p.do_row, valid, tid);
+    if (tid < 2 * Br) {
+      const int r = tid % Br;
+      const bool ok = r < valid;
+      const std::int64_t idx = static_cast<std::int64_t>(h) * p.total_q + q_gr0 + q0 + r;
+      const float* src = tid < Br ? p.lse2 : p.dsum;
+      const std::uint32_t dst = s_base + (tid < Br ? L::kOffLse : L::kOffDel) + (st * Br + r) * 4;
+      cp_async_4_zfill(dst, ok ? src + idx : src, ok);
+    }
+  };
+
+  float dv_acc[kDCols / 8][4], dk_acc[kDCols / 8][4];
+#pragma unroll
+  for (int n = 0; n < kDCols / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv_acc[n][e] = dk_acc[n][e] = 0.0f;
+
+  const int kv_row_w = 16 * kvg;           // this warp's first KV row in the tile
+  const int q_col_w = qg * kQCols;         // this warp's first S^T column
+  const int d_col_w = qg * kDCols;         // this warp's first dK/dV column
+  const bool softcap_on = p.softcap > 0.0f;
+  const float cap_log2 = p.softcap * 1.4426950408889634f;
+  const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
+  const float log2_to_t = softcap_on ? 0.6931471805599453f / p.softcap : 0.0f;  // v/(cap*log2e)
+
+  if (n_items > 0) {
+    const std::int64_t koff = b * p.k_batch + (k_row0 + kv0) * p.k_row + hkv * p.k_head;
+    const std::int64_t voff = b * p.v_batch + (k_row0 + kv0) * p.v_row + hkv * p.v_head;
+    load_tile<Bc, D, kThreads>(sK, kg_ptr, koff, p.k_row, kv1 - kv0, tid);
+    load_tile<Bc, D, kThreads>(sV, vg_ptr, voff, p.v_row, kv1 - kv0, tid);
+    load_item(0, 0);
+    cp_async_commit();
+  }
+
+  for (int item = 0; item < n_items; ++item) {
+    const int st = Stages == 2 ? (item & 1) : 0;
+    const int h = h0 + item / n_tiles;
+    const int it = it0 + item % n_tiles;
+    const int q0 = it * Br;
+    if (Stages == 2 && item + 1 < n_items) {
+      load_item(item + 1, st ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    const std::uint32_t sQ = s_base + L::kOffQ + st * L::kTileQ;
+    const std::uint32_t sDO = s_base + L::kOffDO + st * L::kTileQ;
+    const float* lse_t = sLse + st * Br;
+    const float* del_t = sDel + st * Br;
+    // Element masking only where the tile is not wholly visible or hangs over k_len.
+    const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
+
+    // ---- S^T and P^T (in place, fp32) ----
+    float s_acc[kQCols / 8][4];
+    gemm_xyT<kBf16, D, kQCols>(s_acc, sK, kv_row_w, sQ, q_col_w, lane);
+#pragma unroll
+    for (int n = 0; n < kQCols / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = q_col_w + n * 8 + 2 * t4 + e;
+        const float lse2 = lse_t[col];
+        bool vis0 = true, vis1 = true;
+        if (need_mask) {
+          const math::KeyRange kr = math::visible_keys(mask, q0 + col);
+          const int j0 = kv0 + kv_row_w + g, j1 = j0 + 8;
+          vis0 = j0 >= kr.begin && j0 < kr.end;
+          vis1 = j1 >= kr.begin && j1 < kr.end;
+        }
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const float x = s_acc[n][2 * hr + e];
+          const float v = softcap_on ? cap_log2 * tanhf(x * scale_over_cap) : x * p.scale_log2;
+          s_acc[n][2 * hr + e] = (hr == 0 ? vis0 : vis1) ? fast_exp2(v - lse2) : 0.0f;
+        }
+      }
+    }
+
+    // ---- dV += P^T dO ----
+    {
+      std::uint32_t pa[Br / 16][4];
+      if constexpr (WQ == 1) {
+#pragma unroll
+        for (int t = 0; t < Br / 16; ++t) {
+          pa[t][0] = Traits<T>::pack2(s_acc[2 * t][0], s_acc[2 * t][1]);
+          pa[t][1] = Traits<T>::pack2(s_acc[2 * t][2], s_acc[2 * t][3]);
+          pa[t][2] = Traits<T>::pack2(s_acc[2 * t + 1][0], s_acc[2 * t + 1][1]);
+          pa[t][3] = Traits<T>::pack2(s_acc[2 * t + 1][2], s_acc[2 * t + 1][3]);
+        }
+      } else {
+        // Exchange P^T halves with the partner warp (same KV rows) through smem.
+#pragma unroll
+        for (int n = 0; n < kQCols / 8; ++n) {
+          const int col = q_col_w + n * 8 + 2 * t4;
+          const int r = kv_row_w + g;
+          *reinterpret_cast<std::uint32_t*>(smem + L::kOffPT + swz<Br>(r, col / 8) + (col % 8) * 2) =
+              Traits<T>::pack2(s_acc[n][0], s_acc[n][1]);
+          *reinterpret_cast<std::uint32_t*>(smem + L::kOffPT + swz<Br>(r + 8, col / 8) + (col % 8) * 2) =
+              Traits<T>::pack2(s_acc[n][2], s_acc[n][3]);
+        }
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+        const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(pa[t], sPT + swz<Br>(a_row, 2 * t + (lane >> 4)));
+      }
+      gemm_ay<kBf16, D, Br, kDCols>(dv_acc, pa, sDO, d_col_w, lane);
+    }
+
+    // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
+    float dp_acc[kQCols / 8][4];
+    gemm_xyT<kBf16, D, kQCols>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
+#pragma unroll
+    for (int n = 0; n < kQCols / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = q_col_w + n * 8 + 2 * t4 + e;
+        const float del = del_t[col];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const float pv = s_acc[n][2 * hr + e];
+          float ds = pv * (dp_acc[n][2 * hr + e] - del);
+          if (softcap_on && pv > 0.0f) {
+            // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
+            const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
+            ds *= 1.0f - tt * tt;
+          }
+          dp_acc[n][2 * hr + e] = ds;
+        }
+      }
+    }
+    // dS^T to smem ([Bc][Br]) for the dQ step (and for the partner warp when WQ = 2).
+#pragma unroll
+    for (int n = 0; n < kQCols / 8; ++n) {
+      const int col = q_col_w + n * 8 + 2 * t4;
+      const int r = kv_row_w + g;
+      *reinterpret_cast<std::uint32_t*>(smem + L::kOffDS + swz<Br>(r, col / 8) + (col % 8) * 2) =
+          Traits<T>::pack2(dp_acc[n][0], dp_acc[n][1]);
+      *reinterpret_cast<std::uint32_t*>(smem + L::kOffDS + swz<Br>(r + 8, col / 8) + (col % 8) * 2) =
+          Traits<T>::pack2(dp_acc[n][2], dp_acc[n][3]);
+    }
+
+    // ---- dK += dS^T Q ----
+    {
+      std::uint32_t da[Br / 16][4];
+      if constexpr (WQ == 1) {
+#pragma unroll
+        for (int t = 0; t < Br / 16; ++t) {
+          da[t][0] = Traits<T>::pack2(dp_acc[2 * t][0], dp_acc[2 * t][1]);
+          da[t][1] = Traits<T>::pack2(dp_acc[2 * t][2], dp_acc[2 * t][3]);
+          da[t][2] = Traits<T>::pack2(dp_acc[2 * t + 1][0], dp_acc[2 * t + 1][1]);
+          da[t][3] = Traits<T>::pack2(dp_acc[2 * t + 1][2], dp_acc[2 * t + 1][3]);
+        }
+      } else {
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+        const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(da[t], sDS + swz<Br>(a_row, 2 * t + (lane >> 4)));
+      }
+      gemm_ay<kBf16, D, Br, kDCols>(dk_acc, da, sQ, d_col_w, lane);
+    }
+
+    __syncthreads();  // dS^T complete; every warp is done with this stage's Q/dO/LSE/D
+    if (Stages == 1 && item + 1 < n_items) {
+      load_item(item + 1, 0);
+      cp_async_commit();
+    }
+
+    // ---- dQ_i += dS K_j: warps tile (Br, D) as 4 x 2 ----
+    {
+      constexpr int kN = L::kDqCols;
+      const int wm = warp % L::kDqWarpsM, wn = warp / L::kDqWarpsM;
+      float dq[kN / 8][4];
+#pragma unroll
+      for (int n = 0; n < kN / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+      const int mi = lane >> 3;
+      const int a_row = (lane & 7) + (mi >> 1) * 8;  // k (KV) row within the 16-step
+      const int a_ch = 2 * wm + (mi & 1);            // m (query) chunk
+      const int b_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int t = 0; t < Bc / 16; ++t) {
+        std::uint32_t a[4];
+        ldmatrix_x4_trans(a, sDS + swz<Br>(t * 16 + a_row, a_ch));
+#pragma unroll
+        for (int np = 0; np < kN / 16; ++np) {
+          std::uint32_t bb[4];
+          ldmatrix_x4_trans(bb, sK + swz<D>(t * 16 + b_row, (wn * kN + np * 16) / 8 + (lane >> 4)));
+          mma_m16n8k16<kBf16>(dq[2 * np], a, bb[0], bb[1]);
+          mma_m16n8k16<kBf16>(dq[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+
+      int* lock = nullptr;
+      if (p.locks != nullptr) {
+        // Deterministic: add after exactly the KV tiles below this one that see tile `it`.
+        lock = p.locks + static_cast<std::int64_t>(h) * p.lock_stride + q_gr0 / Br + b + it;
+        const int expected = j_tile - tile_keys(it).begin / Bc;
+        if (tid == 0) {
+          int seen;
+          while (true) {
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(lock) : "memory");
+            if (seen == expected) break;
+            __nanosleep(32);
+          }
+        }
+        __syncthreads();
+      }
+      float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h) * p.total_q + q_gr0 + q0) * D;
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * wm + g + 8 * hr;
+        if (q0 + r < q_len) {
+          float* row = acc_base + static_cast<std::int64_t>(r) * D + wn * kN + 2 * t4;
+#pragma unroll
+          for (int n = 0; n < kN / 8; ++n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            atomicAdd(reinterpret_cast<float2*>(row + n * 8), make_float2(dq[n][2 * hr], dq[n][2 * hr + 1]));
+#else
+            atomicAdd(row + n * 8, dq[n][2 * hr]);
+            atomicAdd(row + n * 8 + 1, dq[n][2 * hr + 1]);
+#endif
+          }
+        }
+      }
+      if (lock != nullptr) {
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock), "r"(1) : "memory");
+      }
+    }
+  }
+
+  // ---- epilogue: dK (times scale) and dV, rows < k_len ----
+  const int jr = kv0 + kv_row_w + g;
+  if (p.n_splits == 1) {
+    T* dk_out = static_cast<T*>(p.dk);
+    T* dv_out = static_cast<T*>(p.dv);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int j = jr + 8 * hr;
+      if (j < k_len) {
+        const std::int64_t ko = b * p.dk_batch + (k_row0 + j) * p.dk_row + hkv * p.dk_head + d_col_w + 2 * t4;
+        const std::int64_t vo = b * p.dv_batch + (k_row0 + j) * p.dv_row + hkv * p.dv_head + d_col_w + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < kDCols / 8; ++n) {
+          *reinterpret_cast<std::uint32_t*>(dk_out + ko + n * 8) =
+              Traits<T>::pack2(dk_acc[n][2 * hr] * p.scale, dk_acc[n][2 * hr + 1] * p.scale);
+          *reinterpret_cast<std::uint32_t*>(dv_out + vo + n * 8) =
+              Traits<T>::pack2(dv_acc[n][2 * hr], dv_acc[n][2 * hr + 1]);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int j = jr + 8 * hr;
+      if (j < k_len) {
+        const std::int64_t o =
+            ((static_cast<std::int64_t>(split) * p.total_k + k_gr0 + j) * p.heads_kv + hkv) * D + d_col_w + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < kDCols / 8; ++n) {
+          *reinterpret_cast<float2*>(p.dk_part + o + n * 8) =
+              make_float2(dk_acc[n][2 * hr] * p.scale, dk_acc[n][2 * hr + 1] * p.scale);
+          *reinterpret_cast<float2*>(p.dv_part + o + n * 8) = make_float2(dv_acc[n][2 * hr], dv_acc[n][2 * hr + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int D>
+void launch_main(const BwdArgs& args, void* stream) {
+  using L = Layout<D>;
+  const int kv_tiles = (args.seq_k + L::Bc - 1) / L::Bc;
+  if (kv_tiles == 0 || args.batch == 0 || args.heads_kv == 0) return;
+  auto kernel = backward_main_kernel<T, D>;
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+  const dim3 grid(kv_tiles, args.heads_kv * args.n_splits, args.batch);
+  kernel<<<grid, L::kThreads, L::kSmem, static_cast<cudaStream_t>(stream)>>>(args);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tessera::cuda::sm80::bwd

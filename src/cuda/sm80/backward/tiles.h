@@ -1,0 +1,57 @@
+// Tile shapes of the sm80 backward instances (plain C++: the host sizes grids and
+// workspaces from the same constants the kernels use).
+#pragma once
+
+namespace tessera::cuda::sm80::bwd {
+
+template <int D>
+struct Cfg;
+// head_dim 64/128: Bc = 128 (8 warps x 16 KV rows), Br = 64, Q/dO double-buffered.
+// dK+dV accumulators: 2 * 16 * D / 32 = D regs/thread; S^T and dP^T: 32 each.
+template <>
+struct Cfg<64> {
+  static constexpr int Bc = 128, Br = 64, WQ = 1, Stages = 2;
+};
+template <>
+struct Cfg<128> {
+  static constexpr int Bc = 128, Br = 64, WQ = 1, Stages = 2;
+};
+// head_dim 256: dK+dV for 16 x 256 would need 256 regs, so two warps share 16 KV rows,
+// each keeping half of head_dim; P^T/dS^T are exchanged through smem. Single-buffered Q/dO
+// keeps smem at 144 KB (fits A100's 163 KB).
+template <>
+struct Cfg<256> {
+  static constexpr int Bc = 64, Br = 64, WQ = 2, Stages = 1;
+};
+
+template <int D>
+struct Layout {
+  using C = Cfg<D>;
+  static constexpr int Bc = C::Bc, Br = C::Br, WQ = C::WQ, Stages = C::Stages;
+  static constexpr int kWarpsKV = Bc / 16;
+  static constexpr int kWarps = kWarpsKV * WQ;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kQCols = Br / WQ;  // S^T columns per warp
+  static constexpr int kDCols = D / WQ;   // dK/dV columns per warp
+  static constexpr int kDqWarpsM = Br / 16;
+  static constexpr int kDqWarpsN = kWarps / kDqWarpsM;
+  static constexpr int kDqCols = D / kDqWarpsN;  // dQ columns per warp
+  // Byte offsets of the shared regions.
+  static constexpr int kTileKV = Bc * D * 2;
+  static constexpr int kTileQ = Br * D * 2;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kTileKV;
+  static constexpr int kOffQ = kOffV + kTileKV;                // Stages tiles
+  static constexpr int kOffDO = kOffQ + Stages * kTileQ;       // Stages tiles
+  static constexpr int kOffDS = kOffDO + Stages * kTileQ;      // [Bc][Br]
+  static constexpr int kOffPT = kOffDS + Bc * Br * 2;          // [Bc][Br], WQ = 2 only
+  static constexpr int kOffLse = kOffPT + (WQ == 2 ? Bc * Br * 2 : 0);  // Stages x Br floats
+  static constexpr int kOffDel = kOffLse + Stages * Br * 4;
+  static constexpr int kSmem = kOffDel + Stages * Br * 4;
+
+  static_assert(kWarps == 8, "the dQ step assumes 8 warps");
+  static_assert(kQCols % 16 == 0 && kDCols % 16 == 0 && kDqCols % 16 == 0, "fragment pairs");
+  static_assert(D / 8 >= 8 && Br / 8 >= 8, "the swizzle needs rows of >= 8 chunks");
+};
+
+}  // namespace tessera::cuda::sm80::bwd
