@@ -1,0 +1,223 @@
+// tessera Python bindings: array conversion, dense/ragged attention and merge_states.
+#include <string>
+
+#include "common.h"
+
+namespace tessera::py {
+namespace {
+
+std::string py_type_name(nb::handle obj) {
+  return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))
+                                           .attr("__qualname__")));
+}
+
+std::string describe_dtype(const nb::dlpack::dtype& dt) {
+  const char* kind = "?";
+  switch (static_cast<nb::dlpack::dtype_code>(dt.code)) {
+    case nb::dlpack::dtype_code::Int: kind = "int"; break;
+    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
+    case nb::dlpack::dtype_code::Float: kind = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: kind = "bool"; break;
+    default: kind = "float8/other"; break;
+  }
+  std::string s = std::string(kind) + std::to_string(dt.bits);
+  if (dt.lanes != 1) s += "x" + std::to_string(dt.lanes);
+  return s;
+}
+
+// The array's own dtype, if tessera has it.
+bool native_dtype(const nb::dlpack::dtype& dt, DType* out) {
+  if (dt.lanes != 1) return false;
+  using C = nb::dlpack::dtype_code;
+  switch (static_cast<C>(dt.code)) {
+    case C::Float:
+      if (dt.bits == 32) { *out = DType::f32; return true; }
+      if (dt.bits == 16) { *out = DType::f16; return true; }
+      return false;
+    case C::Bfloat:
+      if (dt.bits == 16) { *out = DType::bf16; return true; }
+      return false;
+    case C::Int:
+      if (dt.bits == 32) { *out = DType::i32; return true; }
+      return false;
+    case C::Float8_E4M3FN: *out = DType::e4m3; return true;
+    case C::Float8_E5M2: *out = DType::e5m2; return true;
+    default: return false;
+  }
+}
+
+[[noreturn]] void type_error(const std::string& msg) { throw nb::type_error(msg.c_str()); }
+
+}  // namespace
+
+DType parse_dtype(const std::string& s, const char* name) {
+  if (s == "fp32" || s == "float32" || s == "f32") return DType::f32;
+  if (s == "fp16" || s == "float16" || s == "f16" || s == "half") return DType::f16;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "fp8_e4m3" || s == "e4m3" || s == "float8_e4m3fn") return DType::e4m3;
+  if (s == "fp8_e5m2" || s == "e5m2" || s == "float8_e5m2") return DType::e5m2;
+  if (s == "int32" || s == "i32") return DType::i32;
+  type_error(std::string(name) + ": expected dtype one of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int32, got '" + s + "'");
+}
+
+KVLayout parse_layout(const std::string& s, const char* name) {
+  if (s == "NHD" || s == "nhd") return KVLayout::NHD;
+  if (s == "HND" || s == "hnd") return KVLayout::HND;
+  throw nb::value_error((std::string(name) + ": expected 'NHD' or 'HND', got '" + s + "'").c_str());
+}
+
+Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optional) {
+  if (obj.is_none()) {
+    if (optional) return Tensor{};
+    type_error(std::string(name) + ": expected an array, got None");
+  }
+  nb::handle arr = obj;
+  bool has_override = false;
+  DType override_dtype = DType::f32;
+  if (nb::isinstance<nb::tuple>(obj)) {
+    nb::tuple t = nb::borrow<nb::tuple>(obj);
+    if (t.size() != 2 || !nb::isinstance<nb::str>(t[1]))
+      type_error(std::string(name) + ": expected an array or (array, dtype name), got a tuple");
+    arr = t[0];
+    override_dtype = parse_dtype(nb::cast<std::string>(t[1]), name);
+    has_override = true;
+  }
+  Array a;
+  if (!nb::try_cast<Array>(arr, a, /*convert=*/false))
+    type_error(std::string(name) + ": expected an array with DLPack or buffer protocol support (numpy, torch, cupy, jax), got " +
+               py_type_name(arr));
+  const nb::dlpack::dtype dt = a.dtype();
+  DType dtype;
+  if (has_override) {
+    if (dt.lanes != 1 || dt.bits != 8 * dtype_size(override_dtype))
+      type_error(std::string(name) + ": expected " + std::to_string(8 * dtype_size(override_dtype)) +
+                 "-bit elements to reinterpret as " + dtype_name(override_dtype) + ", got dtype " + describe_dtype(dt));
+    dtype = override_dtype;
+  } else if (!native_dtype(dt, &dtype)) {
+    type_error(std::string(name) + ": expected dtype one of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int32, got " +
+               describe_dtype(dt));
+  }
+  Device device;
+  switch (a.device_type()) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value: device = Device::cpu(); break;
+    case nb::device::cuda::value:
+    case nb::device::cuda_managed::value: device = Device::cuda(a.device_id()); break;
+    default:
+      throw nb::value_error((std::string(name) + ": expected an array on the cpu or a cuda device, got DLPack device type " +
+                             std::to_string(a.device_type()))
+                                .c_str());
+  }
+  const int rank = static_cast<int>(a.ndim());
+  if (rank > kMaxRank)
+    throw nb::value_error((std::string(name) + ": expected at most " + std::to_string(kMaxRank) + " dims, got " +
+                           std::to_string(rank))
+                              .c_str());
+  std::int64_t shape[kMaxRank] = {}, stride[kMaxRank] = {};
+  for (int d = 0; d < rank; ++d) {
+    shape[d] = static_cast<std::int64_t>(a.shape(d));
+    stride[d] = a.stride_ptr() ? a.stride(d) : 0;
+  }
+  Tensor t = Tensor::from_arrays(const_cast<void*>(a.data()), dtype, rank, shape, a.stride_ptr() ? stride : nullptr,
+                                 device);
+  arrays.held.push_back(std::move(a));
+  return t;
+}
+
+void bind_attention(nb::module_& m) {
+  m.def(
+      "attention_forward",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, nb::handle scale, bool causal,
+         int window_left, int window_right, float softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
+        ArgArrays arrays;
+        const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
+        const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+        const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
+        const ExecutionContext ctx = make_ctx(stream, num_threads);
+        nb::gil_scoped_release release;
+        attention_forward(tq, tk, tv, to, tl, o, ctx);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(), nb::arg("scale").none(),
+      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"),
+      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+
+  m.def(
+      "attention_forward_ragged",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle cu_q, nb::handle cu_k, nb::handle out, nb::handle lse,
+         nb::handle scale, bool causal, int window_left, int window_right, float softcap, bool return_lse,
+         std::uintptr_t stream, int num_threads) {
+        ArgArrays arrays;
+        const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
+        const Tensor tcq = to_tensor(cu_q, "cu_seqlens_q", arrays), tck = to_tensor(cu_k, "cu_seqlens_k", arrays);
+        const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+        const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
+        const ExecutionContext ctx = make_ctx(stream, num_threads);
+        nb::gil_scoped_release release;
+        attention_forward_ragged(tq, tk, tv, tcq, tck, to, tl, o, ctx);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"), nb::arg("out"),
+      nb::arg("lse").none(), nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"),
+      nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"), nb::arg("stream") = 0,
+      nb::arg("num_threads") = 0);
+
+  m.def(
+      "attention_backward",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle dout, nb::handle lse, nb::handle dq,
+         nb::handle dk, nb::handle dv, nb::handle scale, bool causal, int window_left, int window_right, float softcap,
+         bool deterministic, std::uintptr_t stream, int num_threads) {
+        ArgArrays arrays;
+        const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
+        const Tensor to = to_tensor(out, "out", arrays), tdo = to_tensor(dout, "dout", arrays);
+        const Tensor tl = to_tensor(lse, "lse", arrays);
+        const Tensor tdq = to_tensor(dq, "dq", arrays), tdk = to_tensor(dk, "dk", arrays),
+                     tdv = to_tensor(dv, "dv", arrays);
+        const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, false, deterministic);
+        const ExecutionContext ctx = make_ctx(stream, num_threads);
+        nb::gil_scoped_release release;
+        attention_backward(tq, tk, tv, to, tdo, tl, tdq, tdk, tdv, o, ctx);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("dout"), nb::arg("lse"), nb::arg("dq"),
+      nb::arg("dk"), nb::arg("dv"), nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"),
+      nb::arg("window_right"), nb::arg("softcap"), nb::arg("deterministic"), nb::arg("stream") = 0,
+      nb::arg("num_threads") = 0);
+
+  m.def(
+      "attention_backward_ragged",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle cu_q, nb::handle cu_k, nb::handle out, nb::handle dout,
+         nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle scale, bool causal, int window_left,
+         int window_right, float softcap, bool deterministic, std::uintptr_t stream, int num_threads) {
+        ArgArrays arrays;
+        const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
+        const Tensor tcq = to_tensor(cu_q, "cu_seqlens_q", arrays), tck = to_tensor(cu_k, "cu_seqlens_k", arrays);
+        const Tensor to = to_tensor(out, "out", arrays), tdo = to_tensor(dout, "dout", arrays);
+        const Tensor tl = to_tensor(lse, "lse", arrays);
+        const Tensor tdq = to_tensor(dq, "dq", arrays), tdk = to_tensor(dk, "dk", arrays),
+                     tdv = to_tensor(dv, "dv", arrays);
+        const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, false, deterministic);
+        const ExecutionContext ctx = make_ctx(stream, num_threads);
+        nb::gil_scoped_release release;
+        attention_backward_ragged(tq, tk, tv, tcq, tck, to, tdo, tl, tdq, tdk, tdv, o, ctx);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"), nb::arg("out"),
+      nb::arg("dout"), nb::arg("lse"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("scale").none(),
+      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"),
+      nb::arg("deterministic"), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+
+  m.def(
+      "merge_states",
+      [](nb::handle o_states, nb::handle lse_states, nb::handle out, nb::handle out_lse, std::uintptr_t stream,
+         int num_threads) {
+        ArgArrays arrays;
+        const Tensor to = to_tensor(o_states, "o_states", arrays), tl = to_tensor(lse_states, "lse_states", arrays);
+        const Tensor tout = to_tensor(out, "out", arrays), tol = to_tensor(out_lse, "out_lse", arrays, true);
+        const ExecutionContext ctx = make_ctx(stream, num_threads);
+        nb::gil_scoped_release release;
+        merge_states(to, tl, tout, tol, ctx);
+      },
+      nb::arg("o_states"), nb::arg("lse_states"), nb::arg("out"), nb::arg("out_lse").none(), nb::arg("stream") = 0,
+      nb::arg("num_threads") = 0);
+}
+
+}  // namespace tessera::py

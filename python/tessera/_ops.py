@@ -1,0 +1,202 @@
+"""Dense and ragged attention (forward and backward) and merge_states.
+
+Semantics are the C++ library's (docs/ARCHITECTURE.md, include/tessera/attention.h):
+q (batch, seq_q, heads_q, head_dim), k/v (batch, seq_k, heads_kv, head_dim); ragged q
+(total_q, heads_q, head_dim) with int32 cu_seqlens of batch + 1 offsets. LSE is natural-log
+fp32, (batch, heads_q, seq_q) dense or (heads_q, total_q) ragged.
+"""
+
+import sys
+
+from . import _C
+from ._arrays import adapter_for
+
+_config = {"num_threads": 0}
+
+
+def set_num_threads(n: int) -> None:
+    """Bound the CPU backend's worker threads (0 = all cores)."""
+    if int(n) < 0:
+        raise ValueError(f"num_threads: expected >= 0 (0 = all cores), got {n}")
+    _config["num_threads"] = int(n)
+
+
+def get_num_threads() -> int:
+    return _config["num_threads"]
+
+
+def _is_torch(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _window(window):
+    try:
+        left, right = window
+        return int(left), int(right)
+    except (TypeError, ValueError):
+        raise ValueError(f"window: expected a pair (left, right) with -1 = unbounded, got {window!r}") from None
+
+
+def _index(fw, values, like, name):
+    """cu_seqlens and friends: lists/tuples/host arrays become int32 arrays on like's device."""
+    if isinstance(values, (list, tuple)):
+        return fw.index_array(values, like)
+    if fw.name != "numpy" and type(values).__module__.partition(".")[0] == "numpy":
+        return fw.index_array(values, like)  # host numpy with device q: copy across
+    return values
+
+
+def _ndim(x):
+    return len(getattr(x, "shape", ()))
+
+
+# --------------------------------------------------------------------------------------------
+# Framework-neutral implementations (torch goes through tessera._torch for autograd/compile).
+
+def _forward(q, k, v, causal, window, softcap, scale, return_lse):
+    fw = adapter_for(q)
+    wl, wr = _window(window)
+    out = fw.empty_like(q)
+    lse = None
+    if return_lse:
+        shape = (q.shape[0], q.shape[2], q.shape[1]) if _ndim(q) == 4 else (1,)
+        lse = fw.empty(q, shape, "fp32")
+    _C.attention_forward(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(out),
+                         None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, float(softcap),
+                         bool(return_lse), fw.stream(q), _config["num_threads"])
+    if return_lse:
+        return fw.wrap(out), fw.wrap(lse)
+    return fw.wrap(out)
+
+
+def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_lse):
+    fw = adapter_for(q)
+    wl, wr = _window(window)
+    cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
+    cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
+    out = fw.empty_like(q)
+    lse = None
+    if return_lse:
+        shape = (q.shape[1], q.shape[0]) if _ndim(q) == 3 else (1,)
+        lse = fw.empty(q, shape, "fp32")
+    _C.attention_forward_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), fw.to_c(out),
+                                None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, float(softcap),
+                                bool(return_lse), fw.stream(q), _config["num_threads"])
+    if return_lse:
+        return fw.wrap(out), fw.wrap(lse)
+    return fw.wrap(out)
+
+
+def _backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic):
+    fw = adapter_for(q)
+    wl, wr = _window(window)
+    dq, dk, dv = fw.empty_like(q), fw.empty_like(k), fw.empty_like(v)
+    _C.attention_backward(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(out), fw.to_c(dout), fw.to_c(lse),
+                          fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale, bool(causal), wl, wr, float(softcap),
+                          bool(deterministic), fw.stream(q), _config["num_threads"])
+    return fw.wrap(dq), fw.wrap(dk), fw.wrap(dv)
+
+
+def _backward_ragged(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softcap, scale, deterministic):
+    fw = adapter_for(q)
+    wl, wr = _window(window)
+    cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
+    cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
+    dq, dk, dv = fw.empty_like(q), fw.empty_like(k), fw.empty_like(v)
+    _C.attention_backward_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), fw.to_c(out),
+                                 fw.to_c(dout), fw.to_c(lse), fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale,
+                                 bool(causal), wl, wr, float(softcap), bool(deterministic), fw.stream(q),
+                                 _config["num_threads"])
+    return fw.wrap(dq), fw.wrap(dk), fw.wrap(dv)
+
+
+def _merge(o_states, lse_states, return_lse):
+    fw = adapter_for(o_states, "o_states")
+    shape = tuple(o_states.shape)
+    out = fw.empty(o_states, shape[1:], _dtype_of(fw, o_states)) if len(shape) == 4 else fw.empty_like(o_states)
+    out_lse = fw.empty(o_states, shape[1:3], "fp32") if (return_lse and len(shape) == 4) else None
+    _C.merge_states(fw.to_c(o_states), fw.to_c(lse_states), fw.to_c(out),
+                    None if out_lse is None else fw.to_c(out_lse), fw.stream(o_states), _config["num_threads"])
+    if return_lse:
+        return fw.wrap(out), fw.wrap(out_lse)
+    return fw.wrap(out)
+
+
+def _dtype_of(fw, x):
+    from ._arrays import dtype_name
+    return dtype_name(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Public API.
+
+def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, scale=None, return_lse=False):
+    """Dense attention: out = softmax(mask(scale * q k^T)) v.
+
+    q: (batch, seq_q, heads_q, head_dim); k, v: (batch, seq_k, heads_kv, head_dim), any
+    strides with unit stride on head_dim; heads_q % heads_kv == 0 (GQA/MQA).
+    causal: bottom-right aligned. window: (left, right), -1 = unbounded. softcap c > 0:
+    s = c * tanh(scale * q.k / c). scale defaults to 1/sqrt(head_dim).
+
+    Returns out (like q, in q's framework and on q's device), and with return_lse also the
+    natural-log LSE (batch, heads_q, seq_q) fp32. torch tensors are differentiable (autograd
+    and torch.compile through the ``tessera::attention_fwd`` custom op).
+    """
+    if _is_torch(q):
+        from . import _torch
+        return _torch.attention(q, k, v, causal, window, softcap, scale, return_lse)
+    return _forward(q, k, v, causal, window, softcap, scale, return_lse)
+
+
+def attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(-1, -1), softcap=0.0, scale=None,
+                     return_lse=False):
+    """Attention over a variable-length batch packed along the token axis.
+
+    q: (total_q, heads_q, head_dim), k/v: (total_k, heads_kv, head_dim); cu_seqlens_q/k:
+    int32 prefix sums of batch + 1 entries starting at 0 (arrays on q's device, or Python
+    lists). LSE (with return_lse) is (heads_q, total_q) fp32.
+    """
+    if _is_torch(q):
+        from . import _torch
+        return _torch.attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window, softcap, scale,
+                                       return_lse)
+    return _forward_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window, softcap, scale, return_lse)
+
+
+def attention_backward(q, k, v, out, dout, lse, causal=False, window=(-1, -1), softcap=0.0, scale=None,
+                       deterministic=False):
+    """Gradients (dq, dk, dv) of attention from dout, the forward output and its LSE.
+
+    The options must be the forward's. deterministic=True gives bit-identical gradients
+    run to run. Returns arrays shaped like q, k, v in q's framework.
+    """
+    if _is_torch(q):
+        from . import _torch
+        return _torch.attention_backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic)
+    return _backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic)
+
+
+def attention_ragged_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, causal=False, window=(-1, -1),
+                              softcap=0.0, scale=None, deterministic=False):
+    """Gradients (dq, dk, dv) of attention_ragged (layouts as attention_ragged)."""
+    if _is_torch(q):
+        from . import _torch
+        return _torch.attention_ragged_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, causal,
+                                                window, softcap, scale, deterministic)
+    return _backward_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, causal, window, softcap, scale,
+                            deterministic)
+
+
+def merge_states(o_states, lse_states, return_lse=True):
+    """Merge attention states computed over disjoint key sets of the same queries.
+
+    o_states (num_states, tokens, heads, head_dim), lse_states (num_states, tokens, heads)
+    fp32. Returns out (tokens, heads, head_dim) in o_states' dtype and, with return_lse,
+    lse (tokens, heads): lse = log(sum_i exp(lse_i)), out = sum_i exp(lse_i - lse) o_i.
+    Rows whose every state is empty (lse = -inf) give out = 0, lse = -inf.
+    """
+    if _is_torch(o_states):
+        from . import _torch
+        return _torch.merge_states(o_states, lse_states, return_lse)
+    return _merge(o_states, lse_states, return_lse)

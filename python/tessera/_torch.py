@@ -1,0 +1,190 @@
+"""torch integration, imported only when a torch tensor reaches tessera.
+
+Custom ops (torch.library.custom_op, each with a register_fake so torch.compile traces them
+without graph breaks):
+
+  tessera::attention_fwd(q, k, v, scale, causal, window_left, window_right, softcap) -> (out, lse)
+  tessera::attention_bwd(dout, q, k, v, out, lse, ..., deterministic) -> (dq, dk, dv)
+  tessera::attention_ragged_fwd / attention_ragged_bwd (with cu_seqlens_q, cu_seqlens_k)
+  tessera::merge_states(o_states, lse_states) -> (out, lse)
+
+The forward ops have autograd registered (register_autograd), so tessera.attention on torch
+tensors trains; the LSE output is not differentiable. AttentionFunction is the same as a
+classic torch.autograd.Function, for code that prefers one.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _ops
+
+
+def _c(t: Tensor) -> Tensor:
+    # head_dim must have unit stride; gradients from broadcasting ops may have stride 0.
+    return t if (t.dim() == 0 or t.stride(-1) == 1) else t.contiguous()
+
+
+# ---- dense --------------------------------------------------------------------------------
+
+@torch.library.custom_op("tessera::attention_fwd", mutates_args=())
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float], causal: bool, window_left: int,
+                  window_right: int, softcap: float) -> Tuple[Tensor, Tensor]:
+    return _ops._forward(q, k, v, causal, (window_left, window_right), softcap, scale, True)
+
+
+@attention_fwd.register_fake
+def _(q, k, v, scale, causal, window_left, window_right, softcap):
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+@torch.library.custom_op("tessera::attention_bwd", mutates_args=())
+def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: Optional[float],
+                  causal: bool, window_left: int, window_right: int, softcap: float,
+                  deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    return _ops._backward(q, k, v, out, _c(dout), lse, causal, (window_left, window_right), softcap, scale,
+                          deterministic)
+
+
+@attention_bwd.register_fake
+def _(dout, q, k, v, out, lse, scale, causal, window_left, window_right, softcap, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_fwd(ctx, inputs, output):
+    q, k, v, scale, causal, wl, wr, softcap = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.opts = (scale, causal, wl, wr, softcap)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_fwd(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    scale, causal, wl, wr, softcap = ctx.opts
+    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, scale, causal, wl, wr, softcap, False)
+    return dq, dk, dv, None, None, None, None, None
+
+
+attention_fwd.register_autograd(_backward_fwd, setup_context=_setup_fwd)
+
+
+# ---- ragged -------------------------------------------------------------------------------
+
+@torch.library.custom_op("tessera::attention_ragged_fwd", mutates_args=())
+def attention_ragged_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                         scale: Optional[float], causal: bool, window_left: int, window_right: int,
+                         softcap: float) -> Tuple[Tensor, Tensor]:
+    return _ops._forward_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, (window_left, window_right), softcap,
+                                scale, True)
+
+
+@attention_ragged_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, causal, window_left, window_right, softcap):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("tessera::attention_ragged_bwd", mutates_args=())
+def attention_ragged_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                         out: Tensor, lse: Tensor, scale: Optional[float], causal: bool, window_left: int,
+                         window_right: int, softcap: float, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    return _ops._backward_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, out, _c(dout), lse, causal,
+                                 (window_left, window_right), softcap, scale, deterministic)
+
+
+@attention_ragged_bwd.register_fake
+def _(dout, q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, scale, causal, window_left, window_right, softcap,
+      deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_ragged(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, scale, causal, wl, wr, softcap = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, out, lse)
+    ctx.opts = (scale, causal, wl, wr, softcap)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_ragged(ctx, dout, dlse):
+    q, k, v, cu_q, cu_k, out, lse = ctx.saved_tensors
+    scale, causal, wl, wr, softcap = ctx.opts
+    dq, dk, dv = attention_ragged_bwd(dout, q, k, v, cu_q, cu_k, out, lse, scale, causal, wl, wr, softcap, False)
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+attention_ragged_fwd.register_autograd(_backward_ragged, setup_context=_setup_ragged)
+
+
+# ---- merge --------------------------------------------------------------------------------
+
+@torch.library.custom_op("tessera::merge_states", mutates_args=())
+def merge_states_op(o_states: Tensor, lse_states: Tensor) -> Tuple[Tensor, Tensor]:
+    return _ops._merge(o_states, lse_states, True)
+
+
+@merge_states_op.register_fake
+def _(o_states, lse_states):
+    return o_states.new_empty(o_states.shape[1:]), o_states.new_empty(o_states.shape[1:3], dtype=torch.float32)
+
+
+# ---- the autograd.Function form -----------------------------------------------------------
+
+class AttentionFunction(torch.autograd.Function):
+    """tessera dense attention as a torch.autograd.Function.
+
+    AttentionFunction.apply(q, k, v, scale, causal, window_left, window_right, softcap)
+    returns (out, lse); lse is not differentiable.
+    """
+
+    @staticmethod
+    def forward(q, k, v, scale, causal, window_left, window_right, softcap):
+        return attention_fwd(q, k, v, scale, causal, window_left, window_right, softcap)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_fwd(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        return _backward_fwd(ctx, dout, dlse)
+
+
+# ---- what tessera's public functions call for torch tensors -------------------------------
+
+def _to_index(values, like):
+    if isinstance(values, Tensor):
+        return values
+    return torch.as_tensor(values, dtype=torch.int32, device=like.device)
+
+
+def attention(q, k, v, causal, window, softcap, scale, return_lse):
+    wl, wr = _ops._window(window)
+    out, lse = attention_fwd(q, k, v, None if scale is None else float(scale), bool(causal), wl, wr, float(softcap))
+    return (out, lse) if return_lse else out
+
+
+def attention_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_lse):
+    wl, wr = _ops._window(window)
+    out, lse = attention_ragged_fwd(q, k, v, _to_index(cu_q, q), _to_index(cu_k, q),
+                                    None if scale is None else float(scale), bool(causal), wl, wr, float(softcap))
+    return (out, lse) if return_lse else out
+
+
+def attention_backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic):
+    wl, wr = _ops._window(window)
+    return attention_bwd(dout, q, k, v, out, lse, None if scale is None else float(scale), bool(causal), wl, wr,
+                         float(softcap), bool(deterministic))
+
+
+def attention_ragged_backward(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softcap, scale, deterministic):
+    wl, wr = _ops._window(window)
+    return attention_ragged_bwd(dout, q, k, v, _to_index(cu_q, q), _to_index(cu_k, q), out, lse,
+                                None if scale is None else float(scale), bool(causal), wl, wr, float(softcap),
+                                bool(deterministic))
+
+
+def merge_states(o_states, lse_states, return_lse):
+    out, lse = merge_states_op(o_states, lse_states)
+    return (out, lse) if return_lse else out
