@@ -71,7 +71,7 @@ void print_row(const std::string& suite, const bench::Row& r, const bench::Ceili
       frac = buf;
     }
   }
-  std::printf("%-13s %-26s %-30s %10s %15s %14s  %s\n", suite.c_str(), r.name.c_str(), r.shape.c_str(),
+  std::printf("%-13s %-26s %-36s %10s %15s %14s  %s\n", suite.c_str(), r.name.c_str(), r.shape.c_str(),
               format_seconds(r.seconds).c_str(), rate.c_str(), frac.c_str(), r.note.c_str());
   std::fflush(stdout);
 }
@@ -166,7 +166,7 @@ int run_bench(int argc, char** argv) {
     std::printf("ceiling: %.1f GB/s (%s)\n", ceilings.read_bytes / 1e9, ceilings.read_what.c_str());
     write_csv_row(csv, "ceiling", backend + "_read_sum", "fp32", 0, 0, 1, 1, false, 0, 0, ceilings.read_bytes / 1e9);
   }
-  std::printf("\n%-13s %-26s %-30s %10s %15s %14s  %s\n", "suite", "case", "shape", "median", "rate", "of ceiling",
+  std::printf("\n%-13s %-26s %-36s %10s %15s %14s  %s\n", "suite", "case", "shape", "median", "rate", "of ceiling",
               "note");
   std::fflush(stdout);
   for (const bench::Suite& s : selected) {

@@ -53,7 +53,7 @@ Ceilings measure_cpu_ceilings(const Context& ctx) {
   });
   std::vector<double> partial(static_cast<std::size_t>(threads) * 16);
   volatile double sink = 0;
-  const double t_read = median_seconds(
+  const double t_read = best_seconds(
       [&] {
         cpu::parallel_for(threads, threads, [&](std::int64_t tb, std::int64_t te) {
           for (std::int64_t t = tb; t < te; ++t) {
@@ -79,7 +79,7 @@ Ceilings measure_cpu_ceilings(const Context& ctx) {
   // Compute: independent mul+add chains on every thread.
   const std::int64_t iters = ctx.quick ? 1 << 19 : 1 << 21;
   std::vector<float> results(static_cast<std::size_t>(threads));
-  const double t_fma = median_seconds(
+  const double t_fma = best_seconds(
       [&] {
         cpu::parallel_for(threads, threads, [&](std::int64_t tb, std::int64_t te) {
           for (std::int64_t t = tb; t < te; ++t)
@@ -301,7 +301,7 @@ Row time_batch(const std::string& name, const PagedBatch& pb, const Context& ctx
 void run_decode(const Context& ctx, const Emit& emit) {
   std::mt19937_64 rng(3);
   struct C { int batch, kv; };
-  const std::vector<C> cases = ctx.quick ? std::vector<C>{{8, 1024}} : std::vector<C>{{64, 512}, {16, 2048}, {4, 8192}};
+  const std::vector<C> cases = ctx.quick ? std::vector<C>{{8, 1024}} : std::vector<C>{{64, 256}, {16, 1024}, {2, 8192}};
   for (const C& c : cases) {
     PagedBatch pb{32, 8, 128, 16, DType::bf16, std::vector<std::int32_t>(c.batch, 1),
                   std::vector<std::int32_t>(c.batch, c.kv)};
@@ -313,11 +313,11 @@ void run_mixed(const Context& ctx, const Emit& emit) {
   std::mt19937_64 rng(4);
   PagedBatch pb{32, 8, 128, 16, DType::bf16, {}, {}};
   const int chunks = ctx.quick ? 2 : 4, decodes = ctx.quick ? 8 : 32;
-  for (int i = 0; i < chunks; ++i) {  // prefill chunks of 128 tokens, 512 + 128 i tokens in
-    pb.q_lens.push_back(128);
-    pb.kv_lens.push_back(512 + 128 * i);
+  for (int i = 0; i < chunks; ++i) {  // prefill chunks of 64 tokens, 256 + 64 i tokens in
+    pb.q_lens.push_back(64);
+    pb.kv_lens.push_back(256 + 64 * i);
   }
-  std::uniform_int_distribution<int> len(256, 2048);
+  std::uniform_int_distribution<int> len(128, 1024);
   for (int i = 0; i < decodes; ++i) {
     pb.q_lens.push_back(1);
     pb.kv_lens.push_back(len(rng));

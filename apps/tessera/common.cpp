@@ -283,7 +283,8 @@ std::vector<CudaDeviceInfo> cuda_devices() {
 // ---------------------------------------------------------------------------------------------
 // Timing and formatting
 
-double median_seconds(const std::function<void()>& fn, double min_time, int min_reps, int max_reps) {
+namespace {
+std::vector<double> timed_runs(const std::function<void()>& fn, double min_time, int min_reps, int max_reps) {
   fn();  // warm-up
   std::vector<double> times;
   const double start = now_seconds();
@@ -294,8 +295,18 @@ double median_seconds(const std::function<void()>& fn, double min_time, int min_
     times.push_back(now_seconds() - t0);
   }
   std::sort(times.begin(), times.end());
+  return times;
+}
+}  // namespace
+
+double median_seconds(const std::function<void()>& fn, double min_time, int min_reps, int max_reps) {
+  const std::vector<double> times = timed_runs(fn, min_time, min_reps, max_reps);
   const std::size_t n = times.size();
   return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+double best_seconds(const std::function<void()>& fn, double min_time, int min_reps, int max_reps) {
+  return timed_runs(fn, min_time, min_reps, max_reps).front();
 }
 
 std::string format_seconds(double s) {

@@ -108,6 +108,8 @@ inline double now_seconds() {
 // Median of the timings of `fn` after one warm-up call: repeats until `min_time` seconds
 // have passed and at least `min_reps` runs were taken (at most `max_reps`).
 double median_seconds(const std::function<void()>& fn, double min_time, int min_reps = 3, int max_reps = 100);
+// Same runs, the fastest one: for ceilings, which are "the best this device did".
+double best_seconds(const std::function<void()>& fn, double min_time, int min_reps = 3, int max_reps = 100);
 
 std::string format_seconds(double s);  // "12.3 ms", "4.56 us", "1.20 s"
 std::string format_count(double v);    // "1.23e+06" style compact numbers for tables

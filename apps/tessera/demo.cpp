@@ -53,13 +53,15 @@ struct DemoOptions {
   bool quiet = false;
 };
 
-// The demo's tolerance on |O - oracle|, relative to max(1, max|O_oracle|): four units in the
-// last place at 1.0 of the storage dtype (the output is rounded to it; P may be too), and a
-// floor of 2e-5 for fp32 where accumulation order dominates. The LSE is fp32 throughout.
+// The demo's tolerance on |O - oracle|, relative to max(1, max|O_oracle|): two units in the
+// last place at 1.0 of the storage dtype (O is rounded to it, which alone costs half a unit
+// at the top of [1, 2), and P may be rounded too), and 2e-5 for fp32, where accumulation order
+// dominates. The LSE is fp32 in every backend. The tests' rule (docs/TESTING.md) is
+// tighter-grained; this one is a fixed bound that a serving step can be held to.
 double output_tolerance(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 4.0 * std::ldexp(1.0, -7);
-    case DType::f16: return 4.0 * std::ldexp(1.0, -10);
+    case DType::bf16: return 2.0 * std::ldexp(1.0, -7);
+    case DType::f16: return 2.0 * std::ldexp(1.0, -10);
     default: return 2e-5;
   }
 }
