@@ -1,0 +1,469 @@
+// The batch-attention kernel: executes the work items of a plan (plan/batch_plan.h) with
+// K/V read directly through the page table. Shapes and smem layout: kernel_traits.cuh.
+//
+// Per unit (work item, block of packed query vectors):
+//   prologue  Q (packed vectors, zero-filled past the item's) and the page lookups of the
+//             first kStages KV tiles (one lookup per token, into smem), then cp.async of the
+//             first kStages - 1 tiles;
+//   mainloop  per tile n: wait tile n | issue tile n + kStages - 1 | fetch the page indices of
+//             tile n + kStages into registers | S = Q K^T (mma) | mask + online softmax in
+//             exp2 | O += P V (mma) | store the prefetched lookups for the next issue;
+//   epilogue  merge the KG per-warp states (KG = 4), normalise, and write out/lse (direct
+//             items) or the fp32 partial O and LSE of the chunk (split items), 16 bytes a store.
+// Semantics: math::MaskSpec per request (seq_q = q_len, seq_k = kv_len, bottom-right causal,
+// window), soft cap before masking, keys limited to the item's [kv_begin, kv_end);
+// math::OnlineSoftmaxRow for the running state (a row that sees no key: O = 0, LSE = -inf).
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "cuda/batch/batch_args.h"
+#include "cuda/batch/kernel_traits.cuh"
+#include "cuda/common/types.cuh"
+#include "cuda/primitives/sm80/cp_async.cuh"
+#include "cuda/primitives/sm80/ldmatrix.cuh"
+#include "cuda/primitives/sm80/mma.cuh"
+#include "cuda/primitives/sm80/warp.cuh"
+#include "math/mask.h"
+#include "math/online_softmax.h"
+#include "plan/batch_plan.h"
+
+namespace tessera::cuda::batch {
+
+using sm80::cp_async_16_zfill;
+using sm80::cp_async_commit;
+using sm80::cp_async_wait;
+using sm80::ldmatrix_x4;
+using sm80::ldmatrix_x4_trans;
+using sm80::mma_m16n8k16;
+using sm80::smem_u32;
+
+// 2^x on the SFU (ex2.approx.ftz, ~2 ulp; ex2(-inf) = +0): the mainloop's only transcendental.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Which kernel variant executes unit u (item u / row_blocks, vector block u % row_blocks).
+// Decode-shaped items (<= kDecodeMaxRows packed vectors) go to KG = 4, all others to KG = 1.
+template <int kKG>
+__device__ __forceinline__ bool unit_is_mine(const BatchArgs& a, long long u) {
+  const long long item = u / a.row_blocks;
+  const int rb = static_cast<int>(u - item * a.row_blocks);
+  const int2 rows = *reinterpret_cast<const int2*>(&a.items[item].q_begin);  // q_begin, q_end
+  const int n = (rows.y - rows.x) * a.group;
+  if (kKG == 4) return n <= kDecodeMaxRows && rb == 0;
+  return n > kDecodeMaxRows && rb * 64 < n;
+}
+
+// Page-table lookup of token j of request (page list `pages`): element offsets of its K and
+// V rows for kv head `head`, or -1 past the item's keys (the tile row is zero-filled).
+struct TokenOffsets {
+  std::int64_t k, v;
+};
+
+template <typename Tr>
+struct Smem {
+  unsigned char* base;
+  __device__ __forceinline__ std::uint32_t q() const { return smem_u32(base + Tr::kOffQ); }
+  __device__ __forceinline__ std::uint32_t k(int stage) const {
+    return smem_u32(base + Tr::kOffStages + stage * Tr::kStageBytes);
+  }
+  __device__ __forceinline__ std::uint32_t v(int stage) const {
+    return smem_u32(base + Tr::kOffStages + stage * Tr::kStageBytes + Tr::kTileBytes);
+  }
+  __device__ __forceinline__ std::int64_t* koff(int stage) const {
+    return reinterpret_cast<std::int64_t*>(base + Tr::kOffKvOff) + stage * 2 * Tr::kBlockN;
+  }
+  __device__ __forceinline__ std::int64_t* voff(int stage) const { return koff(stage) + Tr::kBlockN; }
+  __device__ __forceinline__ float* red() const { return reinterpret_cast<float*>(base + Tr::kOffStages); }
+  __device__ __forceinline__ float* stat_m() const { return reinterpret_cast<float*>(base + Tr::kOffStats); }
+  __device__ __forceinline__ float* stat_l() const { return stat_m() + Tr::kKG * Tr::kRows; }
+  __device__ __forceinline__ float* fin_scale() const { return reinterpret_cast<float*>(base + Tr::kOffFin); }
+  __device__ __forceinline__ float* fin_lse() const { return fin_scale() + Tr::kRows; }
+  __device__ __forceinline__ int* units() const { return reinterpret_cast<int*>(base + Tr::kOffUnits); }
+};
+
+// Issues the cp.async copies of one K and one V tile whose row offsets are in smem.
+template <typename Tr, typename T>
+__device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, const T* k, const T* v, int tid) {
+  constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
+  constexpr int kPerThread = Tr::kBlockN / kRowStep;
+  const int c = tid % Tr::kChunks;
+  const int r0 = tid / Tr::kChunks;
+  const std::int64_t* koff = sm.koff(stage);
+  const std::int64_t* voff = sm.voff(stage);
+  const std::uint32_t sk = sm.k(stage), sv = sm.v(stage);
+#pragma unroll
+  for (int it = 0; it < kPerThread; ++it) {
+    const int r = r0 + it * kRowStep;
+    const std::int64_t ko = koff[r], vo = voff[r];
+    const bool valid = ko >= 0;
+    const std::uint32_t dst = 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r, c));
+    cp_async_16_zfill(sk + dst, valid ? k + ko + c * 8 : k, valid);
+    cp_async_16_zfill(sv + dst, valid ? v + vo + c * 8 : v, valid);
+  }
+}
+
+// S (this warp's 16 vectors x kWarpN keys) = Q K^T. sQw: the warp's first Q row; sK: the
+// warp's first key row inside the tile (row index key0 of the tile, for the swizzle).
+template <typename Tr, bool kBf16>
+__device__ __forceinline__ void gemm_qk(float (&s)[Tr::kWarpN / 8][4], std::uint32_t sQ, int q_row0, std::uint32_t sK,
+                                        int k_row0, int lane) {
+#pragma unroll
+  for (int n = 0; n < Tr::kWarpN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  // A (Q, 16x16): matrices (rows 0-7, k lo), (rows 8-15, k lo), (rows 0-7, k hi), (rows 8-15, k hi).
+  const int a_row = q_row0 + (lane & 7) + 8 * ((lane >> 3) & 1);
+  const int a_hi = lane >> 4;
+  // B (K rows = keys, d contiguous = mma "col"): (keys 0-7, k lo), (keys 0-7, k hi),
+  // (keys 8-15, k lo), (keys 8-15, k hi) -> b0/b1 of n-tile 2p, then of n-tile 2p + 1.
+  const int b_row = k_row0 + (lane & 7) + 8 * (lane >> 4);
+  const int b_hi = (lane >> 3) & 1;
+#pragma unroll
+  for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
+    std::uint32_t af[4];
+    ldmatrix_x4(af, sQ + 2u * swizzle<Tr::kChunks>(a_row, 2 * kk + a_hi));
+#pragma unroll
+    for (int p = 0; p < Tr::kWarpN / 16; ++p) {
+      std::uint32_t bf[4];
+      ldmatrix_x4(bf, sK + 2u * swizzle<Tr::kChunks>(b_row + 16 * p, 2 * kk + b_hi));
+      mma_m16n8k16<kBf16>(s[2 * p], af, bf[0], bf[1]);
+      mma_m16n8k16<kBf16>(s[2 * p + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// O (16 vectors x D) += P V, P as 16-bit A fragments (p[t] = keys 16t..16t+15 of the warp).
+template <typename Tr, bool kBf16>
+__device__ __forceinline__ void gemm_pv(float (&o)[Tr::kHeadDim / 8][4], const std::uint32_t (&p)[Tr::kWarpN / 16][4],
+                                        std::uint32_t sV, int v_row0, int lane) {
+  // ldmatrix.trans of V (keys x d): (keys lo, d-tile 2e), (keys hi, 2e), (keys lo, 2e+1), (keys hi, 2e+1).
+  const int v_row = v_row0 + (lane & 7) + 8 * ((lane >> 3) & 1);
+  const int v_hi = lane >> 4;
+#pragma unroll
+  for (int t = 0; t < Tr::kWarpN / 16; ++t) {
+#pragma unroll
+    for (int e = 0; e < Tr::kHeadDim / 16; ++e) {
+      std::uint32_t bf[4];
+      ldmatrix_x4_trans(bf, sV + 2u * swizzle<Tr::kChunks>(v_row + 16 * t, 2 * e + v_hi));
+      mma_m16n8k16<kBf16>(o[2 * e], p[t], bf[0], bf[1]);
+      mma_m16n8k16<kBf16>(o[2 * e + 1], p[t], bf[2], bf[3]);
+    }
+  }
+}
+
+// Mask and online softmax of one S tile in registers; rescales o, writes P fragments.
+//   s       raw q.k of keys key0 + 8n + {0,1} (key0 includes 2q), rows g (e = 0,1), g+8 (e = 2,3)
+//   lo, hi  visible keys [lo, hi) of the thread's two rows (mask and item range intersected)
+template <typename Tr, typename T>
+__device__ __forceinline__ void softmax_tile(float (&s)[Tr::kWarpN / 8][4], std::uint32_t (&p)[Tr::kWarpN / 16][4],
+                                             float (&o)[Tr::kHeadDim / 8][4], math::OnlineSoftmaxRow (&rows)[2],
+                                             const int (&lo)[2], const int (&hi)[2], bool masked, int key0,
+                                             const BatchArgs& a) {
+  constexpr int NT = Tr::kWarpN / 8;
+  float mul = a.scale_log2;
+  if (a.softcap > 0.0f) {  // t = softcap(s * scale) * log2 e, then the mask (soft cap first)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = math::apply_softcap(s[n][e] * a.scale, a.softcap) * math::kLog2e;
+    mul = 1.0f;
+  }
+  if (masked) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = key0 + 8 * n + (e & 1);
+        if (j < lo[e >> 1] || j >= hi[e >> 1]) s[n][e] = -INFINITY;
+      }
+  }
+  float m_use[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    mx = sm80::quad_max(mx);
+    const float alpha = rows[h].enter_tile(mx * mul);  // mul > 0: max(s * mul) = max(s) * mul
+#pragma unroll
+    for (int d = 0; d < Tr::kHeadDim / 8; ++d) {
+      o[d][2 * h] *= alpha;
+      o[d][2 * h + 1] *= alpha;
+    }
+    // While the row is empty (m = -inf) every t is -inf and exp2(-inf - 0) = 0: the weight()
+    // of OnlineSoftmaxRow without a per-element select.
+    m_use[h] = rows[h].m == -INFINITY ? 0.0f : rows[h].m;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = fast_exp2(fmaf(s[n][e], mul, -m_use[e >> 1]));
+      sum[e >> 1] += s[n][e];
+    }
+  rows[0].add(sum[0]);  // thread-partial sums; the quad's parts are added in the epilogue
+  rows[1].add(sum[1]);
+  // C fragments of n-tiles 2t and 2t+1 form the A fragment of k-step t (mma.cuh).
+#pragma unroll
+  for (int t = 0; t < NT / 2; ++t) {
+    p[t][0] = cuda::Traits<T>::pack2(s[2 * t][0], s[2 * t][1]);
+    p[t][1] = cuda::Traits<T>::pack2(s[2 * t][2], s[2 * t][3]);
+    p[t][2] = cuda::Traits<T>::pack2(s[2 * t + 1][0], s[2 * t + 1][1]);
+    p[t][3] = cuda::Traits<T>::pack2(s[2 * t + 1][2], s[2 * t + 1][3]);
+  }
+}
+
+// One unit: work item `item`, packed vectors [row0, row0 + kRows).
+template <typename T, int kHeadDim, int kKG>
+__device__ __forceinline__ void run_unit(const BatchArgs& a, const Smem<Traits<kHeadDim, kKG>>& sm, long long item,
+                                         int row0) {
+  using Tr = Traits<kHeadDim, kKG>;
+  constexpr int D = kHeadDim, BN = Tr::kBlockN, S = Tr::kStages, C = Tr::kChunks;
+  constexpr bool kBf16 = cuda::Traits<T>::is_bf16;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int rg = warp % Tr::kRowGroups;  // row group: vectors [16 rg, 16 rg + 16) of the unit
+  const int kg = warp / Tr::kRowGroups;  // key group: keys [kg * kWarpN, +kWarpN) of each tile
+
+  const plan::WorkItem it = a.items[item];
+  const int b = it.request;
+  const int G = a.group;
+  const int n_vec = (it.q_end - it.q_begin) * G;  // packed vectors of the item
+  const int n_rows = min(Tr::kRows, n_vec - row0);  // of this unit (> 0)
+  const std::int64_t q0 = a.qo_indptr[b];
+  const int q_len = a.qo_indptr[b + 1] - static_cast<int>(q0);
+  const int kv_len = a.kv_len[b];
+  const int* pages = a.kv_indices + a.kv_indptr[b];
+  const int kv_begin = it.kv_begin, kv_end = it.kv_end;
+  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + BN - 1) / BN : 0;
+  const T* kp = static_cast<const T*>(a.k);
+  const T* vp = static_cast<const T*>(a.v);
+  const std::int64_t k_head_off = static_cast<std::int64_t>(it.kv_head) * a.k_head;
+  const std::int64_t v_head_off = static_cast<std::int64_t>(it.kv_head) * a.v_head;
+  const int page_size = a.page_size;
+
+  // Offsets of token j (request-relative) into smem slot `stage`, row t.
+  auto store_offsets = [&](int stage, int t, int j, int page) {
+    std::int64_t ko = -1, vo = -1;
+    if (j < kv_end) {
+      const std::int64_t slot = j - (j / page_size) * page_size;
+      ko = static_cast<std::int64_t>(page) * a.k_page + slot * a.k_token + k_head_off;
+      vo = static_cast<std::int64_t>(page) * a.v_page + slot * a.v_token + v_head_off;
+    }
+    sm.koff(stage)[t] = ko;
+    sm.voff(stage)[t] = vo;
+  };
+  auto fetch_page = [&](int j) { return j < kv_end ? __ldg(pages + j / page_size) : 0; };
+
+  // Prologue 1: page lookups of tiles 0 .. S-1 (one per token), Q (cp.async, own group).
+  for (int idx = tid; idx < S * BN; idx += Tr::kThreads) {
+    const int tile = idx / BN, t = idx % BN;
+    const int j = kv_begin + tile * BN + t;
+    store_offsets(tile, t, j, fetch_page(j));
+  }
+  {
+    const T* qp = static_cast<const T*>(a.q);
+    for (int idx = tid; idx < Tr::kRows * C; idx += Tr::kThreads) {
+      const int r = idx / C, c = idx % C;
+      const int n = row0 + r;
+      const bool valid = r < n_rows;
+      const T* src = qp;
+      if (valid) {
+        const int qr = it.q_begin + n / G, h = it.kv_head * G + n % G;
+        src = qp + (q0 + qr) * a.q_row + static_cast<std::int64_t>(h) * a.q_head + c * 8;
+      }
+      cp_async_16_zfill(sm.q() + 2u * swizzle<C>(r, c), src, valid);
+    }
+  }
+  __syncthreads();  // offsets visible
+  // Prologue 2: tiles 0 .. S-2, one commit group each (Q joins tile 0's group).
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (st < n_tiles) load_kv_tile<Tr>(sm, st, kp, vp, tid);
+    cp_async_commit();
+  }
+
+  // Visible keys of the thread's two vectors: the request's mask intersected with the item's
+  // chunk. Vectors past the unit's rows are never written; they get the item's whole range
+  // (zero Q, finite scores) so that they force no per-element masking.
+  int lo[2], hi[2];
+  const math::MaskSpec spec = math::MaskSpec::make(q_len, kv_len, a.causal, a.window_left, a.window_right);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * rg + g + 8 * h;
+    lo[h] = kv_begin;
+    hi[h] = kv_end;
+    if (r < n_rows) {
+      const math::KeyRange keys = math::visible_keys(spec, it.q_begin + (row0 + r) / G);
+      lo[h] = max(lo[h], keys.begin);
+      hi[h] = min(hi[h], keys.end);
+    }
+  }
+
+  math::OnlineSoftmaxRow rows[2];
+  float o[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+
+  for (int n = 0; n < n_tiles; ++n) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // tile n landed for all; everyone is done with tile n-1's stage
+    const int st_issue = (n + S - 1) % S;
+    if (n + S - 1 < n_tiles) load_kv_tile<Tr>(sm, st_issue, kp, vp, tid);
+    cp_async_commit();
+    // Page indices of tile n + S: in flight while this tile is computed.
+    const int j_next = kv_begin + (n + S) * BN + tid;
+    int page_next = 0;
+    if (tid < BN && n + S < n_tiles) page_next = fetch_page(j_next);
+
+    const int stage = n % S;
+    const int tile_key0 = kv_begin + n * BN + kg * Tr::kWarpN;  // the warp's first key
+    float s[Tr::kWarpN / 8][4];
+    gemm_qk<Tr, kBf16>(s, sm.q(), 16 * rg, sm.k(stage), kg * Tr::kWarpN, lane);
+    const bool need = lo[0] > tile_key0 || hi[0] < tile_key0 + Tr::kWarpN || lo[1] > tile_key0 ||
+                      hi[1] < tile_key0 + Tr::kWarpN;
+    const bool masked = __any_sync(0xffffffffu, need);
+    std::uint32_t p[Tr::kWarpN / 16][4];
+    softmax_tile<Tr, T>(s, p, o, rows, lo, hi, masked, tile_key0 + 2 * q, a);
+    gemm_pv<Tr, kBf16>(o, p, sm.v(stage), kg * Tr::kWarpN, lane);
+
+    // Slot (n + S) % S = stage: tile n was issued long ago, its lookups are free.
+    if (tid < BN && n + S < n_tiles) store_offsets(stage, tid, j_next, page_next);
+  }
+
+  // Epilogue. Every copy has landed (Q too when no tile was visited); stages become the
+  // fp32 reduction buffer.
+  cp_async_wait<0>();
+  __syncthreads();
+  float* stat_m = sm.stat_m();
+  float* stat_l = sm.stat_l();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    rows[h].l = sm80::quad_sum(rows[h].l);
+    if (q == 0) {
+      const int r = 16 * rg + g + 8 * h;
+      stat_m[kg * Tr::kRows + r] = rows[h].m;
+      stat_l[kg * Tr::kRows + r] = rows[h].l;
+    }
+  }
+  __syncthreads();
+  float* red = sm.red();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * rg + g + 8 * h;
+    // Weight of this warp's state in the merged one: exp2(m_kg - M), 0 for an empty state.
+    float f = 1.0f;
+    if (Tr::kKG > 1) {
+      float m_all = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < Tr::kKG; ++w) m_all = fmaxf(m_all, stat_m[w * Tr::kRows + r]);
+      f = rows[h].m == -INFINITY ? 0.0f : exp2f(rows[h].m - m_all);
+    }
+    float* dst = red + (kg * Tr::kRows + r) * Tr::kRedStride + 2 * q;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<float2*>(dst + 8 * d) = make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
+  }
+  if (tid < Tr::kRows) {
+    math::OnlineSoftmaxRow fin;
+    for (int w = 0; w < Tr::kKG; ++w) {
+      const float m_w = stat_m[w * Tr::kRows + tid];
+      fin.m = fmaxf(fin.m, m_w);
+    }
+    for (int w = 0; w < Tr::kKG; ++w) {
+      const float m_w = stat_m[w * Tr::kRows + tid];
+      if (m_w != -INFINITY) fin.l += stat_l[w * Tr::kRows + tid] * (Tr::kKG > 1 ? exp2f(m_w - fin.m) : 1.0f);
+    }
+    sm.fin_scale()[tid] = fin.output_scale();
+    sm.fin_lse()[tid] = fin.lse();
+  }
+  __syncthreads();
+
+  // Write-out: 16-byte chunks (row, c), consecutive threads along a row.
+  const bool direct = it.partial_row == plan::kDirect;
+  for (int idx = tid; idx < n_rows * C; idx += Tr::kThreads) {
+    const int r = idx / C, c = idx % C;
+    float acc[8];
+    {
+      const float* src = red + r * Tr::kRedStride + 8 * c;
+      const float4 x0 = *reinterpret_cast<const float4*>(src);
+      const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+      acc[0] = x0.x, acc[1] = x0.y, acc[2] = x0.z, acc[3] = x0.w;
+      acc[4] = x1.x, acc[5] = x1.y, acc[6] = x1.z, acc[7] = x1.w;
+    }
+#pragma unroll
+    for (int w = 1; w < Tr::kKG; ++w) {
+      const float* src = red + (w * Tr::kRows + r) * Tr::kRedStride + 8 * c;
+      const float4 x0 = *reinterpret_cast<const float4*>(src);
+      const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+      acc[0] += x0.x, acc[1] += x0.y, acc[2] += x0.z, acc[3] += x0.w;
+      acc[4] += x1.x, acc[5] += x1.y, acc[6] += x1.z, acc[7] += x1.w;
+    }
+    const float sc = sm.fin_scale()[r];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= sc;
+    const int n = row0 + r;
+    const int qr = n / G, h = it.kv_head * G + n % G;  // qr relative to q_begin
+    if (direct) {
+      uint4 v;
+      v.x = cuda::Traits<T>::pack2(acc[0], acc[1]);
+      v.y = cuda::Traits<T>::pack2(acc[2], acc[3]);
+      v.z = cuda::Traits<T>::pack2(acc[4], acc[5]);
+      v.w = cuda::Traits<T>::pack2(acc[6], acc[7]);
+      T* dst = static_cast<T*>(a.o) + (q0 + it.q_begin + qr) * a.o_row + static_cast<std::int64_t>(h) * a.o_head + 8 * c;
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else {
+      const std::int64_t prow = it.partial_row + qr;
+      float* dst = a.partial_o + (prow * a.heads_q + h) * D + 8 * c;
+      *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+  }
+  if (tid < n_rows) {
+    const int n = row0 + tid;
+    const int qr = n / G, h = it.kv_head * G + n % G;
+    const float lse = sm.fin_lse()[tid];
+    if (direct) {
+      if (a.lse != nullptr) a.lse[static_cast<std::int64_t>(h) * a.lse_head + q0 + it.q_begin + qr] = lse;
+    } else {
+      a.partial_lse[(static_cast<std::int64_t>(it.partial_row) + qr) * a.heads_q + h] = lse;
+    }
+  }
+  __syncthreads();  // the next unit's copies overwrite Q, offsets and the reduction buffer
+}
+
+// Persistent CTAs: CTA x walks units x, x + grid, x + 2 grid, ... (a unit = item, block of 64
+// packed vectors), keeping those of its variant. The unit count is read from the plan header
+// in device memory, so the grid depends only on capacities. Each round classifies up to 128
+// candidate units at once (one load each, in parallel) before running the matching ones.
+template <typename T, int kHeadDim, int kKG>
+__global__ void __launch_bounds__(Traits<kHeadDim, kKG>::kThreads)
+    batch_attention_kernel(const __grid_constant__ BatchArgs a) {
+  using Tr = Traits<kHeadDim, kKG>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const Smem<Tr> sm{smem_raw};
+  const long long num_units = static_cast<long long>(a.header->num_items) * a.row_blocks;
+  const long long stride = gridDim.x;
+  int* units = sm.units();
+  for (long long base = blockIdx.x; base < num_units; base += stride * Tr::kThreads) {
+    const long long u = base + threadIdx.x * stride;
+    const bool mine = u < num_units && unit_is_mine<kKG>(a, u);
+    units[threadIdx.x] = mine ? static_cast<int>(threadIdx.x) : -1;
+    __syncthreads();
+    for (int t = 0; t < Tr::kThreads; ++t) {
+      if (units[t] < 0) continue;  // uniform: every thread reads the same entry
+      const long long uu = base + t * stride;
+      const long long item = uu / a.row_blocks;
+      const int rb = static_cast<int>(uu - item * a.row_blocks);
+      run_unit<T, kHeadDim, kKG>(a, sm, item, rb * Tr::kRows);
+    }
+    __syncthreads();  // before the next round rewrites the list
+  }
+}
+
+}  // namespace tessera::cuda::batch

@@ -1,0 +1,64 @@
+// Kernel arguments of the batch-attention kernels (passed by value, __grid_constant__), and
+// the host-side view of the instances. Plain C++: included by the .cu files and by launch.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "plan/batch_plan.h"
+
+namespace tessera::cuda::batch {
+
+struct BatchArgs {
+  // q and out: (total_q, heads_q, head_dim), element strides; lse: (heads_q, total_q) or null.
+  const void* q = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  std::int64_t q_row = 0, q_head = 0;
+  std::int64_t o_row = 0, o_head = 0;
+  std::int64_t lse_head = 0;
+
+  // Paged cache: element (page, token, head, d) at page * x_page + token * x_token + head * x_head + d.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  std::int64_t k_page = 0, k_token = 0, k_head = 0;
+  std::int64_t v_page = 0, v_token = 0, v_head = 0;
+  int page_size = 1;
+  const std::int32_t* kv_indptr = nullptr;   // page table (device memory)
+  const std::int32_t* kv_indices = nullptr;
+
+  // The plan in the workspace (device memory).
+  const plan::PlanHeader* header = nullptr;
+  const std::int32_t* qo_indptr = nullptr;
+  const std::int32_t* kv_len = nullptr;
+  const plan::WorkItem* items = nullptr;
+  const std::int32_t* merge_indptr = nullptr;
+  const std::int32_t* merge_row = nullptr;
+  const std::int32_t* merge_partial = nullptr;
+  float* partial_lse = nullptr;
+  float* partial_o = nullptr;
+
+  int heads_q = 0;
+  int heads_kv = 0;
+  int group = 1;       // heads_q / heads_kv
+  int row_blocks = 1;  // 64-vector blocks per item: ceil(q_tile_rows * group / 64) (> 1 only for group > 64)
+
+  float scale = 1.0f;       // resolved softmax scale
+  float scale_log2 = 1.0f;  // scale * log2(e)
+  float softcap = 0.0f;     // 0 = off
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+};
+
+// Packed query vectors at or below which an item runs on the decode-shaped kernel.
+inline constexpr int kDecodeMaxRows = 16;
+
+// One instance per (dtype, head dim, kv split across warps KG in {1, 4}); defined in
+// instance_hdim*.cu. Launches on `stream` with a grid of at most `max_units` CTAs.
+template <typename T, int kHeadDim, int kKG>
+void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream);
+
+// The merge of split rows (merge_kernel.cu); max_rows = capacity of merge rows.
+void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int num_sms, void* stream);
+
+}  // namespace tessera::cuda::batch

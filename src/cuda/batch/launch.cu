@@ -1,0 +1,194 @@
+// Host entry of the CUDA batch-attention executor: params -> kernel arguments, pick the
+// (dtype, head dim) instances, launch the decode-shaped and prefill-shaped attention kernels
+// and the merge kernel on the caller's stream. No synchronisation, no allocation; grids come
+// from the workspace layout's capacities and the device, so graphs stay valid across plans.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "cuda/batch/batch_args.h"
+#include "cuda/batch/batch_attention.h"
+#include "cuda/batch/kernel_traits.cuh"
+#include "cuda/common/check.h"
+#include "math/online_softmax.h"
+#include "tessera/error.h"
+
+namespace tessera::cuda {
+namespace {
+
+// Makes `device` current for the scope (launches go to the current device).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    TESSERA_CUDA_CHECK(cudaGetDevice(&previous_));
+    switched_ = previous_ != device;
+    if (switched_) TESSERA_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+constexpr const char* kSupport =
+    "supported on CUDA: f16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0, 16-byte aligned "
+    "q/out/cache pointers, q/out/cache strides that are multiples of 8 elements";
+
+bool fail(std::string* why, const std::string& what) {
+  if (why != nullptr) *why = what + " (" + kSupport + ")";
+  return false;
+}
+
+bool aligned_16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+bool strides_ok(const char* name, const void* ptr, std::initializer_list<std::int64_t> strides, std::string* why) {
+  if (!aligned_16(ptr)) return fail(why, std::string(name) + ": expected a 16-byte aligned data pointer, got a misaligned one");
+  for (const std::int64_t s : strides)
+    if (s % 8 != 0)
+      return fail(why, std::string(name) + ": expected strides that are multiples of 8 elements (16 bytes), got " +
+                           std::to_string(s));
+  return true;
+}
+
+template <int D>
+int max_smem_bytes() {
+  const int a = batch::Traits<D, 1>::kSmemBytes, b = batch::Traits<D, 4>::kSmemBytes;
+  return a > b ? a : b;
+}
+
+int smem_bytes_for(int head_dim) {
+  switch (head_dim) {
+    case 64: return max_smem_bytes<64>();
+    case 128: return max_smem_bytes<128>();
+    case 256: return max_smem_bytes<256>();
+    default: return 0;
+  }
+}
+
+template <typename T, int D>
+void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms) {
+  const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
+  // Decode-shaped items have <= kDecodeMaxRows packed vectors, hence group <= kDecodeMaxRows.
+  if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, 4>(a, max_units, num_sms, p.stream);
+  batch::launch_attention<T, D, 1>(a, max_units, num_sms, p.stream);
+}
+
+template <typename T>
+void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms) {
+  switch (p.head_dim) {
+    case 64: return launch_instances<T, 64>(a, p, num_sms);
+    case 128: return launch_instances<T, 128>(a, p, num_sms);
+    case 256: return launch_instances<T, 256>(a, p, num_sms);
+    default: break;
+  }
+  throw Error(ErrorCode::unsupported, "q",
+              "batch attention on CUDA: head_dim: expected 64, 128 or 256, got " + std::to_string(p.head_dim));
+}
+
+}  // namespace
+
+int multiprocessor_count(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices) {
+    const int n = cached[device].load(std::memory_order_relaxed);
+    if (n > 0) return n;
+  }
+  int n = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  if (device >= 0 && device < kMaxDevices) cached[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+bool batch_attention_supported(const BatchRunParams& p, std::string* why) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return fail(why, std::string("dtype: expected f16 or bf16 on CUDA, got ") + dtype_name(p.dtype));
+  if (p.cache.dtype != p.dtype)
+    return fail(why, std::string("cache dtype: expected the dtype of q (") + dtype_name(p.dtype) + "), got " +
+                         dtype_name(p.cache.dtype));
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return fail(why, "head_dim: expected 64, 128 or 256 on CUDA, got " + std::to_string(p.head_dim));
+  if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0)
+    return fail(why, "heads_q: expected a multiple of heads_kv, got " + std::to_string(p.heads_q) + " and " +
+                         std::to_string(p.heads_kv));
+  if (!strides_ok("q", p.q.ptr, {p.q.row, p.q.head}, why)) return false;
+  if (!strides_ok("out", p.o.ptr, {p.o.row, p.o.head}, why)) return false;
+  if (!strides_ok("cache.k_pages", p.cache.k, {p.cache.k_page, p.cache.k_token, p.cache.k_head}, why)) return false;
+  if (!strides_ok("cache.v_pages", p.cache.v, {p.cache.v_page, p.cache.v_token, p.cache.v_head}, why)) return false;
+  if (!aligned_16(p.workspace)) return fail(why, "workspace: expected a 16-byte aligned pointer, got a misaligned one");
+  int major = 0, optin = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(why, "device: expected a usable CUDA device, got cuda:" + std::to_string(p.device.index) +
+                         " whose attributes cannot be read");
+  }
+  if (major < 8) return fail(why, "device: expected compute capability >= 8.0, got " + std::to_string(major) + ".x");
+  const int smem = smem_bytes_for(p.head_dim);
+  if (optin < smem)
+    return fail(why, "head_dim " + std::to_string(p.head_dim) + ": needs " + std::to_string(smem / 1024) +
+                         " KB of shared memory per block, the device allows " + std::to_string(optin / 1024) + " KB");
+  if (why != nullptr) why->clear();
+  return true;
+}
+
+void batch_attention_run(const BatchRunParams& p) {
+  if (p.heads_q <= 0 || p.heads_kv <= 0 || p.layout.max_items <= 0) return;
+  const plan::PlanView v = plan::plan_view(p.workspace, p.layout);  // pointer arithmetic only
+  batch::BatchArgs a;
+  a.q = p.q.ptr;
+  a.o = p.o.ptr;
+  a.lse = p.lse.ptr;
+  a.q_row = p.q.row, a.q_head = p.q.head;
+  a.o_row = p.o.row, a.o_head = p.o.head;
+  a.lse_head = p.lse.head;
+  a.k = p.cache.k;
+  a.v = p.cache.v;
+  a.k_page = p.cache.k_page, a.k_token = p.cache.k_token, a.k_head = p.cache.k_head;
+  a.v_page = p.cache.v_page, a.v_token = p.cache.v_token, a.v_head = p.cache.v_head;
+  a.page_size = p.cache.page_size;
+  a.kv_indptr = p.table.indptr;
+  a.kv_indices = p.table.indices;
+  a.header = v.header;
+  a.qo_indptr = v.qo_indptr;
+  a.kv_len = v.kv_len;
+  a.items = v.items;
+  a.merge_indptr = v.merge_indptr;
+  a.merge_row = v.merge_row;
+  a.merge_partial = v.merge_partial;
+  a.partial_lse = v.partial_lse;
+  a.partial_o = v.partial_o;
+  a.heads_q = p.heads_q;
+  a.heads_kv = p.heads_kv;
+  a.group = p.heads_q / p.heads_kv;
+  const long long vectors = static_cast<long long>(p.layout.q_tile_rows) * a.group;
+  a.row_blocks = static_cast<int>((vectors + 63) / 64);
+  a.scale = p.mask.scale;
+  a.scale_log2 = p.mask.scale * math::kLog2e;
+  a.softcap = p.mask.softcap;
+  a.causal = p.mask.causal;
+  a.window_left = p.mask.window_left;
+  a.window_right = p.mask.window_right;
+
+  DeviceScope scope(p.device.index);
+  const int num_sms = multiprocessor_count(p.device.index);
+  if (p.dtype == DType::bf16)
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms);
+  else if (p.dtype == DType::f16)
+    launch_for_head_dim<__half>(a, p, num_sms);
+  else
+    throw Error(ErrorCode::unsupported, "q",
+                std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
+  batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, num_sms, p.stream);
+}
+
+}  // namespace tessera::cuda

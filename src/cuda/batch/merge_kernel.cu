@@ -1,0 +1,76 @@
+// The merge of split query rows: for merge row m, token merge_row[m] combines its partial
+// rows merge_partial[merge_indptr[m] .. merge_indptr[m + 1]) (fp32 O normalised over each
+// chunk, natural-log LSE per chunk) with math::LseMerger, in KV order (deterministic), into
+// out (dtype) and lse. Same arithmetic as the CPU executor's merge pass.
+//
+// One thread per (merge row, query head, 8 dims): 2 x 16-byte loads per partial, one 16-byte
+// store; a grid-stride loop over the count read from the plan header (grid from capacity).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/batch/batch_args.h"
+#include "cuda/common/check.h"
+#include "cuda/common/types.cuh"
+#include "math/lse_merge.h"
+
+namespace tessera::cuda::batch {
+namespace {
+
+constexpr int kMergeThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ BatchArgs a, int head_dim) {
+  const int C = head_dim / 8;
+  const long long per_row = static_cast<long long>(a.heads_q) * C;
+  const long long total = static_cast<long long>(a.header->num_merge_rows) * per_row;
+  for (long long w = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; w < total;
+       w += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int m = static_cast<int>(w / per_row);
+    const int rem = static_cast<int>(w - m * per_row);
+    const int h = rem / C, c = rem % C;
+    const int e0 = a.merge_indptr[m], e1 = a.merge_indptr[m + 1];
+    math::LseMerger merger;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int e = e0; e < e1; ++e) {
+      const long long prow = a.merge_partial[e];
+      float scale_old, weight_new;
+      merger.add(a.partial_lse[prow * a.heads_q + h], &scale_old, &weight_new);
+      if (weight_new == 0.0f) continue;  // empty partial: its O is 0 and changes nothing
+      const float* src = a.partial_o + (prow * a.heads_q + h) * head_dim + 8 * c;
+      const float4 x0 = *reinterpret_cast<const float4*>(src);
+      const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+      const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+      for (int d = 0; d < 8; ++d) acc[d] = acc[d] * scale_old + weight_new * x[d];
+    }
+    const float sc = merger.output_scale();
+    const long long token = a.merge_row[m];
+    uint4 v;
+    v.x = cuda::Traits<T>::pack2(acc[0] * sc, acc[1] * sc);
+    v.y = cuda::Traits<T>::pack2(acc[2] * sc, acc[3] * sc);
+    v.z = cuda::Traits<T>::pack2(acc[4] * sc, acc[5] * sc);
+    v.w = cuda::Traits<T>::pack2(acc[6] * sc, acc[7] * sc);
+    T* dst = static_cast<T*>(a.o) + token * a.o_row + static_cast<long long>(h) * a.o_head + 8 * c;
+    *reinterpret_cast<uint4*>(dst) = v;
+    if (c == 0 && a.lse != nullptr) a.lse[static_cast<long long>(h) * a.lse_head + token] = merger.lse();
+  }
+}
+
+}  // namespace
+
+void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int num_sms, void* stream) {
+  const long long capacity = static_cast<long long>(max_rows) * args.heads_q * (head_dim / 8);
+  if (capacity <= 0) return;
+  const long long blocks = std::min<long long>((capacity + kMergeThreads - 1) / kMergeThreads, 8LL * num_sms);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (bf16)
+    merge_kernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), kMergeThreads, 0, s>>>(args, head_dim);
+  else
+    merge_kernel<__half><<<static_cast<unsigned>(blocks), kMergeThreads, 0, s>>>(args, head_dim);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tessera::cuda::batch
