@@ -19,7 +19,7 @@
 namespace tessera::cuda::sm80 {
 
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads)
+__global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHeadDim>::kMinBlocks)
     forward_kernel(const __grid_constant__ FwdArgs a) {
   using Tr = FwdTraits<kHeadDim>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim;
@@ -78,10 +78,20 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads)
   math::KeyRange keys[2];
   keys[0] = math::visible_keys(spec, wr0 + g);
   keys[1] = math::visible_keys(spec, wr0 + g + 8);
+  // math::tile_fully_visible(spec, wr0, wr_end, n0, n0 + BN) for every tile, with its two
+  // visible_keys calls hoisted: keys [full_begin, full_end) are visible to all warp rows.
+  int full_begin = -1, full_end = 0x7fffffff;  // a warp without rows needs no mask
+  if (wr_end > wr0) {
+    full_begin = math::visible_keys(spec, wr_end - 1).begin;
+    full_end = math::visible_keys(spec, wr0).end;
+  }
   float o[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-  const std::uint32_t sQ_warp = sQ_addr + 2u * (16 * warp) * D;
+  FragAddrs qa, ka, va;
+  init_a_addrs<D>(qa, sQ_addr + 2u * (16 * warp) * D, lane);
+  init_k_addrs<D>(ka, sK_addr, lane);
+  init_a_addrs<D>(va, sV_addr, lane);
 
   for (int nb = n_begin; nb < n_end; ++nb) {
     const int n0 = nb * BN;
@@ -91,7 +101,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads)
     cp_async_commit();
 
     float s[BN / 8][4];
-    gemm_qk<Tr, kBf16>(s, sQ_warp, sK_addr, lane);
+    gemm_qk<Tr, kBf16>(s, qa, ka);
 
     cp_async_wait<0>();
     __syncthreads();  // V_nb visible to all; every warp is done with K_nb
@@ -102,17 +112,20 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads)
     }
 
     // Per-element masks only where some key of the tile is hidden from some row of the warp.
-    const bool masked = !math::tile_fully_visible(spec, wr0, wr_end, n0, n0 + BN);
+    const bool masked = !(full_begin <= n0 && n0 + BN <= full_end);
     std::uint32_t p[BN / 16][4];
     softmax_tile<T, BN, D>(s, p, o, rows, keys, masked, n0, q, a.scale, a.scale_log2, a.softcap);
-    gemm_pv<Tr, kBf16>(o, p, sV_addr, lane);
+    gemm_pv<Tr, kBf16>(o, p, va);
   }
 
   // Q is still in flight when no KV tile was visited; the epilogue reuses its rows.
   cp_async_wait<0>();
   __syncthreads();
-  T* o_ptr = static_cast<T*>(a.o) + b * a.o_batch + (q_row0 + wr0) * a.o_row + h * a.o_head;
-  float* lse_ptr = a.lse == nullptr ? nullptr : a.lse + b * a.lse_batch + h * a.lse_head + q_row0 + wr0;
+  // Sequence offsets are fetched again rather than kept live through the mainloop (they
+  // would only occupy registers there; under a 128-register cap they spilled).
+  const std::int64_t out_row0 = (a.cu_seqlens_q != nullptr ? a.cu_seqlens_q[b] : 0) + wr0;
+  T* o_ptr = static_cast<T*>(a.o) + b * a.o_batch + out_row0 * a.o_row + h * a.o_head;
+  float* lse_ptr = a.lse == nullptr ? nullptr : a.lse + b * a.lse_batch + h * a.lse_head + out_row0;
   epilogue_store<Tr, T>(o, rows, sQ + 16 * warp * D, o_ptr, a.o_row, wr_end - wr0, lse_ptr, lane);
 }
 

@@ -3,7 +3,7 @@
 // A CTA owns BLOCK_M = 16 * kWarps query rows; warp w owns rows [16w, 16w + 16) and never
 // exchanges partial results with another warp (FA2 split: warps split Q, not K).
 // K and V tiles of BLOCK_N keys stream through one buffer each (see mainloop.cuh).
-//   head_dim 64 : 128 x 128 tiles, 8 warps, smem (128 + 2*128) * 64 * 2  = 48 KB
+//   head_dim 64 : 128 x  64 tiles, 8 warps, smem (128 + 2*64) * 64 * 2   = 32 KB
 //   head_dim 128: 128 x  64 tiles, 8 warps, smem (128 + 2*64) * 128 * 2 = 64 KB
 //   head_dim 256: 128 x  64 tiles, 8 warps, smem (128 + 2*64) * 256 * 2 = 128 KB
 // Registers per thread hold the warp's S tile (BLOCK_N / 2 floats) and O (head_dim / 2 floats).
@@ -19,8 +19,11 @@ struct FwdTraits {
   static_assert(kHeadDim % 64 == 0, "the XOR swizzle needs rows of at least 8 16-byte chunks");
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
+  // head_dim 64 fits 128 registers, so two CTAs (16 warps) share an SM; larger head dims keep
+  // O in up to 128 registers and run one CTA of 8 warps per SM.
+  static constexpr int kMinBlocks = kHeadDim <= 64 ? 2 : 1;
   static constexpr int kBlockM = 16 * kWarps;
-  static constexpr int kBlockN = kHeadDim <= 64 ? 128 : 64;
+  static constexpr int kBlockN = 64;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row of 16-bit elements
   static constexpr int kSmemElems = (kBlockM + 2 * kBlockN) * kHeadDim;
   static constexpr int kSmemBytes = kSmemElems * 2;

@@ -17,44 +17,76 @@ namespace tessera::cuda::sm80 {
 // Copies rows [0, kRows) of a (rows, head_dim) tile whose row r starts at g + r * row_stride
 // into swizzled smem at `s`; rows >= rows_valid are zero-filled and never read, so a tile
 // hanging over a sequence's end reads nothing past it (and zero K/V rows add no NaN).
+// Thread tid always copies chunk tid % kChunks of rows tid / kChunks + i * (kThreads / kChunks);
+// those rows share row % 8, so the swizzled smem offsets differ by constants.
 template <typename Tr, int kRows, typename T>
 __device__ __forceinline__ void load_tile_async(std::uint32_t s, const T* g, std::int64_t row_stride, int rows_valid,
                                                 int tid) {
-  constexpr int kPerThread = kRows * Tr::kChunks / Tr::kThreads;
+  constexpr int kRowsPerPass = Tr::kThreads / Tr::kChunks;
+  static_assert(Tr::kThreads % Tr::kChunks == 0 && kRowsPerPass % 8 == 0, "passes keep row % 8");
+  const int r0 = tid / Tr::kChunks;
+  const int c = tid % Tr::kChunks;
+  const std::uint32_t s0 = s + 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r0, c));
+  const T* g0 = g + r0 * row_stride + c * 8;
 #pragma unroll
-  for (int it = 0; it < kPerThread; ++it) {
-    const int idx = tid + it * Tr::kThreads;
-    const int r = idx / Tr::kChunks;
-    const int c = idx % Tr::kChunks;
+  for (int it = 0; it < kRows / kRowsPerPass; ++it) {
+    const int r = r0 + it * kRowsPerPass;
     const bool valid = r < rows_valid;
-    const T* src = valid ? g + r * row_stride + c * 8 : g;
-    cp_async_16_zfill(s + 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r, c)), src, valid);
+    const T* src = valid ? g0 + static_cast<std::int64_t>(it * kRowsPerPass) * row_stride : g;
+    cp_async_16_zfill(s0 + 2u * (it * kRowsPerPass * Tr::kHeadDim), src, valid);
   }
 }
 
+// Per-lane ldmatrix addresses of a swizzled tile. Lane l reads row `row` (its row inside a
+// 16-row block) and logical chunk 2k + hi of k-step k. Because row % 8 = l % 8 for every
+// 16-row block and the XOR touches only the chunk's low 3 bits, the physical chunk of k-step
+// k is 8 * (k / 4) + ((2 * (k % 4) + hi) ^ (l % 8)): four base addresses per tile, and every
+// other address is one of them plus a compile-time offset (no per-step address registers).
+struct FragAddrs {
+  std::uint32_t base[4];
+  template <int kHeadDim>
+  __device__ __forceinline__ void init(std::uint32_t tile, int row, int hi, int lane) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      base[j] = tile + 2u * row * kHeadDim + 16u * static_cast<std::uint32_t>((2 * j + hi) ^ (lane & 7));
+  }
+  // Address of (16-row block `block`, k-step `k`), for rows of kHeadDim 16-bit elements.
+  template <int kHeadDim>
+  __device__ __forceinline__ std::uint32_t at(int block, int k) const {
+    return base[k % 4] + 2u * (16 * block * kHeadDim) + 128u * (k / 4);
+  }
+};
+
+// A (Q, 16x16 per k-step): matrices (rows 0-7, k lo), (rows 8-15, k lo), (rows 0-7, k hi),
+// (rows 8-15, k hi). The same lane pattern reads V with .trans: (keys 0-7, d-tile 2e),
+// (keys 8-15, 2e), (keys 0-7, 2e+1), (keys 8-15, 2e+1) = b0/b1 of d-tiles 2e and 2e+1.
+template <int kHeadDim>
+__device__ __forceinline__ void init_a_addrs(FragAddrs& f, std::uint32_t tile, int lane) {
+  f.init<kHeadDim>(tile, (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4, lane);
+}
+// B of S = Q K^T (K rows = keys with d contiguous, i.e. mma's "col" B): matrices
+// (keys 0-7, k lo), (keys 0-7, k hi), (keys 8-15, k lo), (keys 8-15, k hi)
+// = b0/b1 of n-tile 2p, then of n-tile 2p+1.
+template <int kHeadDim>
+__device__ __forceinline__ void init_k_addrs(FragAddrs& f, std::uint32_t tile, int lane) {
+  f.init<kHeadDim>(tile, (lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1, lane);
+}
+
 // acc[n][*] (n-tile n = keys 8n..8n+7 of the tile) = Q_w K^T for the warp's 16 query rows.
-// sQ_warp: smem address of the warp's first Q row; sK: the K tile. Q fragments are re-read
-// from smem each k-step (one ldmatrix.x4 per 2*kBlockN/8 mmas) to keep registers for S and O.
+// Q fragments are re-read from smem each k-step (one ldmatrix.x4 per kBlockN/8 mmas) so that
+// registers stay free for S and O.
 template <typename Tr, bool kBf16>
-__device__ __forceinline__ void gemm_qk(float (&acc)[Tr::kBlockN / 8][4], std::uint32_t sQ_warp, std::uint32_t sK,
-                                        int lane) {
+__device__ __forceinline__ void gemm_qk(float (&acc)[Tr::kBlockN / 8][4], const FragAddrs& qa, const FragAddrs& ka) {
 #pragma unroll
   for (int n = 0; n < Tr::kBlockN / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  // A (Q, 16x16): matrices (rows 0-7, k lo), (rows 8-15, k lo), (rows 0-7, k hi), (rows 8-15, k hi).
-  const int a_row = (lane & 7) + 8 * ((lane >> 3) & 1);
-  const int a_chunk_hi = lane >> 4;
-  // B (K rows = keys, d contiguous = mma "col"): (keys 0-7, k lo), (keys 0-7, k hi),
-  // (keys 8-15, k lo), (keys 8-15, k hi) -> b0/b1 of n-tile 2p, then of n-tile 2p+1.
-  const int b_row = (lane & 7) + 8 * (lane >> 4);
-  const int b_chunk_hi = (lane >> 3) & 1;
 #pragma unroll
   for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
     std::uint32_t a[4];
-    ldmatrix_x4(a, sQ_warp + 2u * swizzle<Tr::kChunks>(a_row, 2 * kk + a_chunk_hi));
+    ldmatrix_x4(a, qa.at<Tr::kHeadDim>(0, kk));
 #pragma unroll
     for (int p = 0; p < Tr::kBlockN / 16; ++p) {
       std::uint32_t b[4];
-      ldmatrix_x4(b, sK + 2u * swizzle<Tr::kChunks>(16 * p + b_row, 2 * kk + b_chunk_hi));
+      ldmatrix_x4(b, ka.at<Tr::kHeadDim>(p, kk));
       mma_m16n8k16<kBf16>(acc[2 * p], a, b[0], b[1]);
       mma_m16n8k16<kBf16>(acc[2 * p + 1], a, b[2], b[3]);
     }
@@ -62,19 +94,16 @@ __device__ __forceinline__ void gemm_qk(float (&acc)[Tr::kBlockN / 8][4], std::u
 }
 
 // o[d][*] (d-tile d = dims 8d..8d+7) += P V, P given as packed 16-bit A fragments per k-step
-// (p[t] covers keys 16t..16t+15). V rows are keys with d contiguous, so ldmatrix.trans yields
-// the "col" B fragments: (keys lo, d-tile 2e), (keys hi, 2e), (keys lo, 2e+1), (keys hi, 2e+1).
+// (p[t] covers keys 16t..16t+15); V fragments come through ldmatrix.trans (see init_a_addrs).
 template <typename Tr, bool kBf16>
 __device__ __forceinline__ void gemm_pv(float (&o)[Tr::kHeadDim / 8][4], const std::uint32_t (&p)[Tr::kBlockN / 16][4],
-                                        std::uint32_t sV, int lane) {
-  const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1);
-  const int v_chunk_hi = lane >> 4;
+                                        const FragAddrs& va) {
 #pragma unroll
   for (int t = 0; t < Tr::kBlockN / 16; ++t) {
 #pragma unroll
     for (int e = 0; e < Tr::kHeadDim / 16; ++e) {
       std::uint32_t b[4];
-      ldmatrix_x4_trans(b, sV + 2u * swizzle<Tr::kChunks>(16 * t + v_row, 2 * e + v_chunk_hi));
+      ldmatrix_x4_trans(b, va.at<Tr::kHeadDim>(t, e));
       mma_m16n8k16<kBf16>(o[2 * e], p[t], b[0], b[1]);
       mma_m16n8k16<kBf16>(o[2 * e + 1], p[t], b[2], b[3]);
     }
