@@ -72,23 +72,34 @@ __device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, s
   }
 }
 
+// Shared address of chunk c = cconst + x of a swizzled row (cconst even, known at compile
+// time after unrolling; x = the lane's bit). `lane_addr` is the row's address with chunk
+// field (bits 4..6) already x ^ (row & 7), so the swizzle of cconst is one XOR with an
+// immediate. (Spelt as (c ^ (row & 7)), ptxas kept a register per address and spilled.)
+// Needs 128-byte aligned rows (checked once at kernel entry for the smem base).
+__device__ __forceinline__ std::uint32_t chunk_at(std::uint32_t lane_addr, int cconst) {
+  return (lane_addr ^ static_cast<std::uint32_t>((cconst & 7) << 4)) + static_cast<std::uint32_t>((cconst & ~7) << 4);
+}
+
 // acc[n][*] (16 x NCOLS, M = rows x_row0.., N = rows y_row0.. of Y) = X · Y^T over D.
-// X, Y: swizzled [rows][D] tiles.
+// X, Y: swizzled [rows][D] tiles; x_row0, y_row0 multiples of 8.
 template <bool kBf16, int D, int NCOLS>
 __device__ __forceinline__ void gemm_xyT(float (&acc)[NCOLS / 8][4], std::uint32_t sX, int x_row0, std::uint32_t sY,
                                          int y_row0, int lane) {
 #pragma unroll
   for (int n = 0; n < NCOLS / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  const int a_row = x_row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int b_row = y_row0 + (lane & 7) + (lane >> 4) * 8;
+  const std::uint32_t a_addr =
+      sX + (x_row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (((lane >> 4) ^ (lane & 7)) << 4);
+  const std::uint32_t b_addr =
+      sY + (y_row0 + (lane & 7) + (lane >> 4) * 8) * (D * 2) + ((((lane >> 3) & 1) ^ (lane & 7)) << 4);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     std::uint32_t a[4];
-    ldmatrix_x4(a, sX + swz<D>(a_row, kk * 2 + (lane >> 4)));
+    ldmatrix_x4(a, chunk_at(a_addr, kk * 2));
 #pragma unroll
     for (int np = 0; np < NCOLS / 16; ++np) {
       std::uint32_t b[4];
-      ldmatrix_x4(b, sY + swz<D>(b_row + np * 16, kk * 2 + ((lane >> 3) & 1)));
+      ldmatrix_x4(b, chunk_at(b_addr + np * 16 * (D * 2), kk * 2));
       mma_m16n8k16<kBf16>(acc[2 * np], a, b[0], b[1]);
       mma_m16n8k16<kBf16>(acc[2 * np + 1], a, b[2], b[3]);
     }
@@ -96,17 +107,18 @@ __device__ __forceinline__ void gemm_xyT(float (&acc)[NCOLS / 8][4], std::uint32
 }
 
 // acc (16 x NCOLS at columns col0.. of Y) += A · Y[0..KROWS)[col0..], A given as fragments
-// (one per 16 rows of Y); Y: swizzled [KROWS][D] tile read transposed.
+// (one per 16 rows of Y); Y: swizzled [KROWS][D] tile read transposed; col0 % 128 == 0.
 template <bool kBf16, int D, int KROWS, int NCOLS>
 __device__ __forceinline__ void gemm_ay(float (&acc)[NCOLS / 8][4], const std::uint32_t (&a)[KROWS / 16][4],
                                         std::uint32_t sY, int col0, int lane) {
-  const int b_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+  const std::uint32_t b_addr =
+      sY + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (col0 / 8) * 16 + (((lane >> 4) ^ (lane & 7)) << 4);
 #pragma unroll
   for (int t = 0; t < KROWS / 16; ++t) {
 #pragma unroll
     for (int np = 0; np < NCOLS / 16; ++np) {
       std::uint32_t b[4];
-      ldmatrix_x4_trans(b, sY + swz<D>(t * 16 + b_row, (col0 + np * 16) / 8 + (lane >> 4)));
+      ldmatrix_x4_trans(b, chunk_at(b_addr + t * 16 * (D * 2), np * 2));
       mma_m16n8k16<kBf16>(acc[2 * np], a[t], b[0], b[1]);
       mma_m16n8k16<kBf16>(acc[2 * np + 1], a[t], b[2], b[3]);
     }
@@ -127,6 +139,7 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
   const float* sLse = reinterpret_cast<const float*>(smem + L::kOffLse);
   const float* sDel = reinterpret_cast<const float*>(smem + L::kOffDel);
 
+  if ((s_base & 127u) != 0) __trap();  // the swizzle arithmetic needs 128-byte aligned tiles
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int kvg = warp % L::kWarpsKV, qg = warp / L::kWarpsKV;
@@ -211,6 +224,11 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
   const int kv_row_w = 16 * kvg;           // this warp's first KV row in the tile
   const int q_col_w = qg * kQCols;         // this warp's first S^T column
   const int d_col_w = qg * kDCols;         // this warp's first dK/dV column
+  // Fragment stores into the [Bc][Br] tiles: element (row kv_row_w + g, chunk q_col_w/8 + n,
+  // byte 4 t4) sits at frag_off ^ (n << 4) (rows are 128 B, the chunk field is bits 4..6, and
+  // q_col_w / 8 + n never carries), so one register serves every n.
+  static_assert(Br * 2 == 128, "fragment offsets assume 128-byte rows of the [Bc][Br] tiles");
+  const int frag_off = (kv_row_w + g) * (Br * 2) + 4 * t4 + (((q_col_w / 8) ^ g) << 4);
   const bool softcap_on = p.softcap > 0.0f;
   const float cap_log2 = p.softcap * 1.4426950408889634f;
   const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
@@ -272,47 +290,47 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
     }
 
     // ---- dV += P^T dO ----
-    {
-      std::uint32_t pa[Br / 16][4];
-      if constexpr (WQ == 1) {
+    // P^T also goes to smem (16-bit): the dS step reads it back there instead of keeping 16
+    // more registers alive through the dP GEMM (and, with WQ = 2, the partner warp reads it).
 #pragma unroll
-        for (int t = 0; t < Br / 16; ++t) {
-          pa[t][0] = Traits<T>::pack2(s_acc[2 * t][0], s_acc[2 * t][1]);
-          pa[t][1] = Traits<T>::pack2(s_acc[2 * t][2], s_acc[2 * t][3]);
-          pa[t][2] = Traits<T>::pack2(s_acc[2 * t + 1][0], s_acc[2 * t + 1][1]);
-          pa[t][3] = Traits<T>::pack2(s_acc[2 * t + 1][2], s_acc[2 * t + 1][3]);
-        }
-      } else {
-        // Exchange P^T halves with the partner warp (same KV rows) through smem.
-#pragma unroll
-        for (int n = 0; n < kQCols / 8; ++n) {
-          const int col = q_col_w + n * 8 + 2 * t4;
-          const int r = kv_row_w + g;
-          *reinterpret_cast<std::uint32_t*>(smem + L::kOffPT + swz<Br>(r, col / 8) + (col % 8) * 2) =
-              Traits<T>::pack2(s_acc[n][0], s_acc[n][1]);
-          *reinterpret_cast<std::uint32_t*>(smem + L::kOffPT + swz<Br>(r + 8, col / 8) + (col % 8) * 2) =
-              Traits<T>::pack2(s_acc[n][2], s_acc[n][3]);
-        }
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
-        const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-        for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(pa[t], sPT + swz<Br>(a_row, 2 * t + (lane >> 4)));
-      }
-      gemm_ay<kBf16, D, Br, kDCols>(dv_acc, pa, sDO, d_col_w, lane);
+    for (int n = 0; n < kQCols / 8; ++n) {
+      const int off = frag_off ^ (n << 4);
+      *reinterpret_cast<std::uint32_t*>(smem + L::kOffPT + off) = Traits<T>::pack2(s_acc[n][0], s_acc[n][1]);
+      *reinterpret_cast<std::uint32_t*>(smem + L::kOffPT + off + 8 * Br * 2) = Traits<T>::pack2(s_acc[n][2], s_acc[n][3]);
     }
+    std::uint32_t pa[Br / 16][4];
+    if constexpr (WQ == 1) {
+#pragma unroll
+      for (int t = 0; t < Br / 16; ++t) {
+        pa[t][0] = Traits<T>::pack2(s_acc[2 * t][0], s_acc[2 * t][1]);
+        pa[t][1] = Traits<T>::pack2(s_acc[2 * t][2], s_acc[2 * t][3]);
+        pa[t][2] = Traits<T>::pack2(s_acc[2 * t + 1][0], s_acc[2 * t + 1][1]);
+        pa[t][3] = Traits<T>::pack2(s_acc[2 * t + 1][2], s_acc[2 * t + 1][3]);
+      }
+    } else {
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+      const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(pa[t], sPT + swz<Br>(a_row, 2 * t + (lane >> 4)));
+    }
+    gemm_ay<kBf16, D, Br, kDCols>(dv_acc, pa, sDO, d_col_w, lane);
 
     // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
     float dp_acc[kQCols / 8][4];
     gemm_xyT<kBf16, D, kQCols>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
 #pragma unroll
     for (int n = 0; n < kQCols / 8; ++n) {
+      // This thread's own P^T values (stored above by this thread: no barrier needed).
+      const int off = frag_off ^ (n << 4);
+      const float2 pf[2] = {Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + L::kOffPT + off)),
+                            Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + L::kOffPT + off + 8 * Br * 2))};
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = q_col_w + n * 8 + 2 * t4 + e;
         const float del = del_t[col];
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const float pv = s_acc[n][2 * hr + e];
+          const float pv = e == 0 ? pf[hr].x : pf[hr].y;
           float ds = pv * (dp_acc[n][2 * hr + e] - del);
           if (softcap_on && pv > 0.0f) {
             // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
@@ -326,12 +344,9 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
     // dS^T to smem ([Bc][Br]) for the dQ step (and for the partner warp when WQ = 2).
 #pragma unroll
     for (int n = 0; n < kQCols / 8; ++n) {
-      const int col = q_col_w + n * 8 + 2 * t4;
-      const int r = kv_row_w + g;
-      *reinterpret_cast<std::uint32_t*>(smem + L::kOffDS + swz<Br>(r, col / 8) + (col % 8) * 2) =
-          Traits<T>::pack2(dp_acc[n][0], dp_acc[n][1]);
-      *reinterpret_cast<std::uint32_t*>(smem + L::kOffDS + swz<Br>(r + 8, col / 8) + (col % 8) * 2) =
-          Traits<T>::pack2(dp_acc[n][2], dp_acc[n][3]);
+      const int off = frag_off ^ (n << 4);
+      *reinterpret_cast<std::uint32_t*>(smem + L::kOffDS + off) = Traits<T>::pack2(dp_acc[n][0], dp_acc[n][1]);
+      *reinterpret_cast<std::uint32_t*>(smem + L::kOffDS + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[n][2], dp_acc[n][3]);
     }
 
     // ---- dK += dS^T Q ----
@@ -368,17 +383,22 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
 #pragma unroll
       for (int n = 0; n < kN / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
       const int mi = lane >> 3;
-      const int a_row = (lane & 7) + (mi >> 1) * 8;  // k (KV) row within the 16-step
-      const int a_ch = 2 * wm + (mi & 1);            // m (query) chunk
-      const int b_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+      // A = dS (m = query, k = KV) read transposed from dS^T; t * 16 rows keep (row & 7).
+      const std::uint32_t a_addr = sDS + swz<Br>((lane & 7) + (mi >> 1) * 8, 2 * wm + (mi & 1));
+      // Chunk = cb + 2 np + lane bit with cb = wn * kN / 8; cb & 7 is 0, or 4 with np < 2
+      // (head_dim 64), so its low bits join the key without carries.
+      const int cb = wn * kN / 8;
+      const std::uint32_t b_addr = sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (cb & ~7) * 16 +
+                                   ((((cb & 7) | (lane >> 4)) ^ (lane & 7)) << 4);
+      static_assert((kN / 8) % 8 == 0 || ((kN / 8) % 4 == 0 && kN / 16 <= 2), "cb & 7 must not overlap 2 * np");
 #pragma unroll
       for (int t = 0; t < Bc / 16; ++t) {
         std::uint32_t a[4];
-        ldmatrix_x4_trans(a, sDS + swz<Br>(t * 16 + a_row, a_ch));
+        ldmatrix_x4_trans(a, a_addr + t * 16 * (Br * 2));
 #pragma unroll
         for (int np = 0; np < kN / 16; ++np) {
           std::uint32_t bb[4];
-          ldmatrix_x4_trans(bb, sK + swz<D>(t * 16 + b_row, (wn * kN + np * 16) / 8 + (lane >> 4)));
+          ldmatrix_x4_trans(bb, chunk_at(b_addr + t * 16 * (D * 2), np * 2));
           mma_m16n8k16<kBf16>(dq[2 * np], a, bb[0], bb[1]);
           mma_m16n8k16<kBf16>(dq[2 * np + 1], a, bb[2], bb[3]);
         }

@@ -44,8 +44,8 @@ struct Layout {
   static constexpr int kOffQ = kOffV + kTileKV;                // Stages tiles
   static constexpr int kOffDO = kOffQ + Stages * kTileQ;       // Stages tiles
   static constexpr int kOffDS = kOffDO + Stages * kTileQ;      // [Bc][Br]
-  static constexpr int kOffPT = kOffDS + Bc * Br * 2;          // [Bc][Br], WQ = 2 only
-  static constexpr int kOffLse = kOffPT + (WQ == 2 ? Bc * Br * 2 : 0);  // Stages x Br floats
+  static constexpr int kOffPT = kOffDS + Bc * Br * 2;          // [Bc][Br]
+  static constexpr int kOffLse = kOffPT + Bc * Br * 2;         // Stages x Br floats
   static constexpr int kOffDel = kOffLse + Stages * Br * 4;
   static constexpr int kSmem = kOffDel + Stages * Br * 4;
 
