@@ -118,7 +118,7 @@ std::size_t BatchAttention::workspace_size(const BatchConfig& config, const Devi
   check_config(config);
   check_facts(facts);
   const plan::PlanConfig cfg = plan::make_plan_config(config, facts);
-  return static_cast<std::size_t>(plan::layout_for_slots(cfg, plan::default_split_slots(cfg)).total_bytes);
+  return static_cast<std::size_t>(plan::layout_for_partial_rows(cfg, plan::default_partial_rows(cfg)).total_bytes);
 }
 
 void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const std::int32_t> kv_lens,
@@ -153,11 +153,11 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
     fail(ErrorCode::invalid_argument, "workspace.data", "a 16-byte aligned address",
          "an address that is " + str(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(workspace.data) % plan::kAlign)) +
              " mod 16");
-  const plan::PlanConfig cfg = plan::make_plan_config(c, facts);
-  const plan::WorkspaceLayout layout = plan::workspace_layout(cfg, workspace.bytes);
   if (workspace.device.kind != DeviceKind::cpu)
     fail(ErrorCode::unsupported, "workspace.device", "cpu (batch attention on CUDA is not built yet)",
          device_name(workspace.device));
+  const plan::PlanConfig cfg = plan::make_plan_config(c, facts);
+  const plan::WorkspaceLayout layout = plan::workspace_layout(cfg, workspace.bytes);
 
   const std::uint64_t generation = next_generation.fetch_add(1);
   // build_plan checks the split capacity before it writes; the state changes only after.

@@ -31,11 +31,13 @@
 // merge_partial[merge_indptr[m] .. merge_indptr[m + 1]) in KV order (deterministic).
 //
 // Capacity: the fixed part is sized by (max_requests, max_q_tokens); the split region by a
-// number of "split slots" S (one slot = one (tile, chunk) of a split tile):
-//   max_items = (max_tiles + S) * heads_kv,  max_partial_rows = S * q_tile_rows,
+// number P of partial rows (each split (tile, chunk) takes at least one, so P also bounds the
+// items of split tiles):
+//   max_items = (max_tiles + P) * heads_kv,
 //   max_tiles = floor((max_q_tokens + max_requests * (q_tile_rows - 1)) / q_tile_rows).
-// workspace_size() gives S = default_split_slots() (enough for automatic mode); a larger
-// workspace yields more slots (fixed mode with small chunks on long sequences may need them).
+// workspace_size() gives P = default_partial_rows() (enough for automatic mode, which picks
+// its chunk size within it); a larger workspace yields more rows (fixed mode with small
+// chunks on long sequences may need them; plan() says how many bytes).
 #pragma once
 
 #include <cstddef>
@@ -51,7 +53,7 @@ inline constexpr std::uint32_t kPlanMagic = 0x31504254u;  // "TBP1"
 inline constexpr std::uint32_t kPlanVersion = 1;
 inline constexpr int kPackedQRows = 64;  // target query vectors (rows x group) per item
 inline constexpr int kKVTile = 64;       // KV tokens per tile; automatic chunks are multiples
-inline constexpr int kMinSplitSlots = 64;
+inline constexpr int kMinSplitSlots = 64;  // default room: (tile, chunk) pairs of full tiles
 inline constexpr std::size_t kAlign = 16;
 
 struct alignas(16) PlanHeader {
@@ -108,14 +110,14 @@ struct WorkspaceLayout {
                 merge_partial = 0, partial_lse = 0, partial_o = 0;
   std::uint64_t plan_bytes = 0;   // end of the plan arrays (= partial_lse)
   std::uint64_t total_bytes = 0;  // end of partial_o
-  std::int32_t max_requests = 0, max_q_tokens = 0, max_tiles = 0, max_items = 0, split_slots = 0,
-               max_partial_rows = 0, q_tile_rows = 0, heads_q = 0, head_dim = 0;
+  std::int32_t max_requests = 0, max_q_tokens = 0, max_tiles = 0, max_items = 0, max_partial_rows = 0,
+               q_tile_rows = 0, heads_q = 0, head_dim = 0;
 };
 
 int q_tile_rows(int heads_q, int heads_kv);
-int default_split_slots(const PlanConfig& cfg);
-WorkspaceLayout layout_for_slots(const PlanConfig& cfg, std::int64_t slots);
-// The layout a workspace of `bytes` gets: the most split slots that fit (at least the
+int default_partial_rows(const PlanConfig& cfg);
+WorkspaceLayout layout_for_partial_rows(const PlanConfig& cfg, std::int64_t partial_rows);
+// The layout a workspace of `bytes` gets: the most partial rows that fit (at least the
 // default). Throws workspace_too_small (argument "workspace") when even the default does not fit.
 WorkspaceLayout workspace_layout(const PlanConfig& cfg, std::size_t bytes);
 
@@ -138,6 +140,7 @@ PlanView plan_view(void* base, const WorkspaceLayout& layout);
 struct PlanScratch {
   struct Tile { std::int32_t request, q_begin, q_end, kv_begin, kv_end; };
   std::vector<Tile> tiles;
+  std::vector<Tile> long_tiles;  // tiles longer than one chunk unit: the only ones a search splits
 };
 
 struct PlanSummary {
@@ -153,7 +156,7 @@ struct PlanSummary {
 
 // Builds the plan for requests (q_lens[b], kv_lens[b]) (already validated: same size,
 // non-negative, within max_requests / max_q_tokens) into `dst` laid out as `layout`.
-// Checks the split region's capacity first and throws workspace_too_small (naming
+// Checks the partial-row capacity first and throws workspace_too_small (naming
 // "workspace", with the bytes needed) before writing anything. splits_per_request, if given,
 // receives each request's largest chunk count over its tiles (0 for q_len = 0).
 PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std::span<const std::int32_t> q_lens,

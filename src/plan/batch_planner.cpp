@@ -26,12 +26,13 @@ struct SplitCount {
   std::int64_t partial_rows = 0;
 };
 
-SplitCount count_splits(const PlanScratch& s, int num_tiles, std::int64_t chunk) {
+// Over tiles[0, n) of num_tiles tiles (the others are known to stay whole).
+SplitCount count_splits(const PlanScratch::Tile* tiles, int n, int num_tiles, std::int64_t chunk) {
   SplitCount c;
   c.chunks = num_tiles;
   if (chunk <= 0) return c;
-  for (int t = 0; t < num_tiles; ++t) {
-    const auto& tile = s.tiles[static_cast<std::size_t>(t)];
+  for (int t = 0; t < n; ++t) {
+    const auto& tile = tiles[t];
     const std::int64_t len = tile.kv_end - tile.kv_begin;
     if (len <= chunk) continue;  // one chunk: direct
     const std::int64_t k = ceil_div(len, chunk);
@@ -42,9 +43,7 @@ SplitCount count_splits(const PlanScratch& s, int num_tiles, std::int64_t chunk)
   return c;
 }
 
-bool fits(const SplitCount& c, const WorkspaceLayout& layout) {
-  return c.slots <= layout.split_slots && c.partial_rows <= layout.max_partial_rows;
-}
+bool fits(const SplitCount& c, const WorkspaceLayout& layout) { return c.partial_rows <= layout.max_partial_rows; }
 
 }  // namespace
 
@@ -69,26 +68,26 @@ int q_tile_rows(int heads_q, int heads_kv) {
   return std::max(1, kPackedQRows / std::max(1, group));
 }
 
-int default_split_slots(const PlanConfig& cfg) {
-  // Automatic mode keeps its items near 2 * num_sms; 4 * num_sms items' worth of slots leaves
-  // room for the rounding of chunk sizes.
-  const std::int64_t want = ceil_div(4LL * cfg.num_sms, std::max(1, cfg.heads_kv));
-  return static_cast<int>(std::clamp<std::int64_t>(want, kMinSplitSlots, 1 << 20));
+int default_partial_rows(const PlanConfig& cfg) {
+  // Automatic mode keeps its items near 2 * num_sms; room for 4 * num_sms full-tile items'
+  // partials leaves slack for the rounding of chunk sizes.
+  const std::int64_t slots =
+      std::clamp<std::int64_t>(ceil_div(4LL * cfg.num_sms, std::max(1, cfg.heads_kv)), kMinSplitSlots, 1 << 20);
+  return static_cast<int>(std::min<std::int64_t>(slots * q_tile_rows(cfg.heads_q, cfg.heads_kv), 1 << 26));
 }
 
-WorkspaceLayout layout_for_slots(const PlanConfig& cfg, std::int64_t slots) {
+WorkspaceLayout layout_for_partial_rows(const PlanConfig& cfg, std::int64_t rows) {
   WorkspaceLayout l;
   const std::int64_t t = q_tile_rows(cfg.heads_q, cfg.heads_kv);
   const std::int64_t max_tiles = (cfg.max_q_tokens + static_cast<std::int64_t>(cfg.max_requests) * (t - 1)) / t;
   // Keep every index of the plan within int32.
-  const std::int64_t slot_cap = INT32_MAX / std::max<std::int64_t>(cfg.heads_kv, t) - max_tiles;
-  slots = std::clamp<std::int64_t>(slots, 0, std::max<std::int64_t>(slot_cap, 0));
+  const std::int64_t row_cap = INT32_MAX / std::max(cfg.heads_kv, 1) - max_tiles;
+  rows = std::clamp<std::int64_t>(rows, 0, std::max<std::int64_t>(row_cap, 0));
   l.max_requests = cfg.max_requests;
   l.max_q_tokens = cfg.max_q_tokens;
   l.max_tiles = static_cast<std::int32_t>(max_tiles);
-  l.split_slots = static_cast<std::int32_t>(slots);
-  l.max_items = static_cast<std::int32_t>((max_tiles + slots) * cfg.heads_kv);
-  l.max_partial_rows = static_cast<std::int32_t>(slots * t);
+  l.max_items = static_cast<std::int32_t>((max_tiles + rows) * cfg.heads_kv);
+  l.max_partial_rows = static_cast<std::int32_t>(rows);
   l.q_tile_rows = static_cast<std::int32_t>(t);
   l.heads_q = cfg.heads_q;
   l.head_dim = cfg.head_dim;
@@ -116,22 +115,21 @@ WorkspaceLayout layout_for_slots(const PlanConfig& cfg, std::int64_t slots) {
 }
 
 WorkspaceLayout workspace_layout(const PlanConfig& cfg, std::size_t bytes) {
-  const int def = default_split_slots(cfg);
-  WorkspaceLayout l = layout_for_slots(cfg, def);
+  const int def = default_partial_rows(cfg);
+  WorkspaceLayout l = layout_for_partial_rows(cfg, def);
   if (bytes < l.total_bytes)
     validate::fail(ErrorCode::workspace_too_small, "workspace",
                    "at least " + std::to_string(l.total_bytes) + " bytes (BatchAttention::workspace_size)",
                    std::to_string(bytes) + " bytes");
-  // Spare bytes become extra split slots; alignment padding may cost a slot or two.
-  const std::uint64_t t = static_cast<std::uint64_t>(l.q_tile_rows);
-  const std::uint64_t per_slot = sizeof(WorkItem) * static_cast<std::uint64_t>(cfg.heads_kv) +
-                                 t * (sizeof(std::int32_t) + sizeof(float) * static_cast<std::uint64_t>(cfg.heads_q) *
-                                                                 (1 + static_cast<std::uint64_t>(cfg.head_dim)));
-  std::int64_t slots = def + static_cast<std::int64_t>((bytes - l.total_bytes) / per_slot);
-  for (;; --slots) {
-    WorkspaceLayout m = layout_for_slots(cfg, slots);
-    if (m.total_bytes <= bytes || slots <= def) return m.total_bytes <= bytes ? m : l;
+  // Spare bytes become extra partial rows (with their items); alignment padding may cost a few.
+  const std::uint64_t per_row = sizeof(WorkItem) * static_cast<std::uint64_t>(cfg.heads_kv) + sizeof(std::int32_t) +
+                                sizeof(float) * static_cast<std::uint64_t>(cfg.heads_q) *
+                                    (1 + static_cast<std::uint64_t>(cfg.head_dim));
+  for (std::int64_t rows = def + static_cast<std::int64_t>((bytes - l.total_bytes) / per_row); rows > def; --rows) {
+    const WorkspaceLayout m = layout_for_partial_rows(cfg, rows);
+    if (m.total_bytes <= bytes) return m;
   }
+  return l;
 }
 
 PlanView plan_view(void* base, const WorkspaceLayout& l) {
@@ -182,35 +180,44 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
       const std::int64_t target = 2LL * cfg.num_sms;
       const std::int64_t unit = chunk_unit(cfg.page_size);
       if (base_items >= target || max_len <= unit) break;
-      // Items and split slots only fall as the chunk grows, so both bounds are binary searches
+      // Items and partial rows only fall as the chunk grows, so both bounds are binary searches
       // over k (chunk = k * unit): the largest chunk that still gives >= target items, but no
       // smaller than the smallest chunk the workspace can hold.
+      // Chunks are >= unit, so only tiles longer than a unit can split: search over those.
+      auto& longs = scratch.long_tiles;
+      longs.clear();
+      for (int t = 0; t < num_tiles; ++t) {
+        const auto& tile = scratch.tiles[static_cast<std::size_t>(t)];
+        if (tile.kv_end - tile.kv_begin > unit) longs.push_back(tile);
+      }
+      const int n_long = static_cast<int>(longs.size());
       const std::int64_t k_max = ceil_div(max_len, unit);
       std::int64_t lo = 1, hi = k_max;  // smallest feasible k; k_max is feasible (no split)
       while (lo < hi) {
         const std::int64_t mid = (lo + hi) / 2;
-        if (fits(count_splits(scratch, num_tiles, mid * unit), layout)) hi = mid; else lo = mid + 1;
+        if (fits(count_splits(longs.data(), n_long, num_tiles, mid * unit), layout)) hi = mid; else lo = mid + 1;
       }
       const std::int64_t k_feasible = lo;
       lo = 1, hi = k_max;  // largest k with items >= target (1 when none reaches it)
       while (lo < hi) {
         const std::int64_t mid = (lo + hi + 1) / 2;
-        if (count_splits(scratch, num_tiles, mid * unit).chunks * cfg.heads_kv >= target) lo = mid; else hi = mid - 1;
+        if (count_splits(longs.data(), n_long, num_tiles, mid * unit).chunks * cfg.heads_kv >= target) lo = mid;
+        else hi = mid - 1;
       }
       chunk = std::max(k_feasible, lo) * unit;
       if (chunk >= max_len) chunk = 0;
       break;
     }
   }
-  const SplitCount counts = count_splits(scratch, num_tiles, chunk);
+  const SplitCount counts = count_splits(scratch.tiles.data(), num_tiles, num_tiles, chunk);
   if (!fits(counts, layout)) {
-    const std::int64_t need = std::max(counts.slots, ceil_div(counts.partial_rows, t_rows));
-    const WorkspaceLayout needed = layout_for_slots(cfg, need);
+    const WorkspaceLayout needed = layout_for_partial_rows(cfg, counts.partial_rows);
     validate::fail(ErrorCode::workspace_too_small, "workspace",
-                   "at least " + std::to_string(needed.total_bytes) + " bytes for " + std::to_string(counts.slots) +
-                       " KV chunks of split query tiles (split.kv_chunk_tokens = " + std::to_string(chunk) + ")",
+                   "at least " + std::to_string(needed.total_bytes) + " bytes for " +
+                       std::to_string(counts.partial_rows) + " partial rows of split query tiles (KV chunks of " +
+                       std::to_string(chunk) + " tokens)",
                    std::to_string(layout.total_bytes) + " usable bytes (room for " +
-                       std::to_string(layout.split_slots) + " chunks)");
+                       std::to_string(layout.max_partial_rows) + " partial rows)");
   }
 
   // Pass 3: write the plan. Nothing above touched dst.

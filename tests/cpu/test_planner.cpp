@@ -1,0 +1,462 @@
+// The batch planner: every visible KV position of every request is covered exactly once per
+// query row and kv head, every output row is written exactly once (directly or by a merge),
+// split counts per policy, capacity and workspace errors, determinism, and plan time.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "math/mask.h"
+#include "plan/batch_plan.h"
+#include "support/test_support.h"
+#include "tessera/batch.h"
+#include "tessera/error.h"
+
+namespace tessera::testing {
+namespace {
+
+// 16-byte aligned, zero-initialised bytes.
+struct Buffer {
+  explicit Buffer(std::size_t n) : bytes(n), storage((n + 15) / 16 + 1) {}
+  void* data() { return storage.data(); }
+  std::size_t bytes;
+  std::vector<plan::PlanHeader> storage;  // PlanHeader is 16-byte aligned
+};
+
+Error catch_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no tessera::Error thrown";
+  return Error(ErrorCode::backend_failure, "", "");
+}
+
+BatchConfig config(int hq, int hkv, SplitPolicy split = {}, int page_size = 16, bool causal = false, int left = -1,
+                   int right = -1) {
+  BatchConfig c;
+  c.heads_q = hq;
+  c.heads_kv = hkv;
+  c.head_dim = 8;  // the plan does not depend on it; small keeps big split regions cheap
+  c.dtype = DType::bf16;
+  c.page_size = page_size;
+  c.options.causal = causal;
+  c.options.window_left = left;
+  c.options.window_right = right;
+  c.split = split;
+  c.max_requests = 300;
+  c.max_q_tokens = 4096;
+  return c;
+}
+
+SplitPolicy fixed(int tokens) { return {SplitPolicy::Mode::fixed, tokens}; }
+SplitPolicy disabled() { return {SplitPolicy::Mode::disabled, 0}; }
+
+struct Planned {
+  plan::PlanConfig cfg;
+  plan::WorkspaceLayout layout;
+  std::unique_ptr<Buffer> ws;
+  plan::PlanSummary summary;
+  std::vector<std::int32_t> splits;
+  plan::PlanView view() { return plan::plan_view(ws->data(), layout); }
+};
+
+// Plans into a default-size workspace, or (grow = true) into one as large as plan() asks for.
+Planned make_plan(const BatchConfig& c, int num_sms, const std::vector<std::int32_t>& q,
+                  const std::vector<std::int32_t>& kv, bool grow = false) {
+  Planned p;
+  p.cfg = plan::make_plan_config(c, DeviceFacts{Device::cpu(), num_sms});
+  std::size_t bytes = plan::layout_for_partial_rows(p.cfg, plan::default_partial_rows(p.cfg)).total_bytes;
+  for (;;) {
+    p.layout = plan::workspace_layout(p.cfg, bytes);
+    p.ws = std::make_unique<Buffer>(bytes);
+    plan::PlanScratch scratch;
+    try {
+      p.summary = plan::build_plan(p.cfg, p.layout, q, kv, 7, p.ws->data(), scratch, &p.splits);
+      return p;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (!grow || e.code() != ErrorCode::workspace_too_small) throw;
+      bytes = std::stoull(msg.substr(msg.find("at least ") + 9));
+      grow = false;  // the size asked for must be enough
+    }
+  }
+}
+
+// The invariants of a plan for requests (q, kv).
+void check_plan(Planned& p, const std::vector<std::int32_t>& q, const std::vector<std::int32_t>& kv) {
+  const plan::PlanView v = p.view();
+  const auto& h = *v.header;
+  const int H = p.cfg.heads_kv, G = p.cfg.heads_q / p.cfg.heads_kv;
+  ASSERT_EQ(h.magic, plan::kPlanMagic);
+  ASSERT_EQ(h.batch, static_cast<int>(q.size()));
+  ASSERT_LE(h.num_items, p.layout.max_items);
+  ASSERT_LE(h.num_partial_rows, p.layout.max_partial_rows);
+  ASSERT_LE(h.num_merge_rows, p.layout.max_q_tokens);
+  std::int64_t total_q = 0;
+  for (std::size_t b = 0; b < q.size(); ++b) {
+    ASSERT_EQ(v.qo_indptr[b], total_q);
+    ASSERT_EQ(v.kv_len[b], kv[b]);
+    total_q += q[b];
+  }
+  ASSERT_EQ(v.qo_indptr[q.size()], total_q);
+  ASSERT_EQ(h.total_q, total_q);
+
+  // Per (global row, kv head): the KV intervals of the items covering it, and how it is written.
+  struct Cover { std::vector<std::pair<int, int>> kv; int direct = 0; std::vector<int> prows; };
+  std::vector<Cover> cover(static_cast<std::size_t>(total_q * H));
+  std::vector<int> prow_writes(static_cast<std::size_t>(h.num_partial_rows) * H, 0);
+  for (int i = 0; i < h.num_items; ++i) {
+    const plan::WorkItem& it = v.items[i];
+    ASSERT_GE(it.request, 0);
+    ASSERT_LT(it.request, h.batch);
+    ASSERT_GE(it.kv_head, 0);
+    ASSERT_LT(it.kv_head, H);
+    ASSERT_LE(0, it.q_begin);
+    ASSERT_LT(it.q_begin, it.q_end);
+    ASSERT_LE(it.q_end, q[static_cast<std::size_t>(it.request)]);
+    ASSERT_LE(it.q_end - it.q_begin, h.q_tile_rows);
+    ASSERT_LE(0, it.kv_begin);
+    ASSERT_LE(it.kv_begin, it.kv_end);
+    ASSERT_LE(it.kv_end, kv[static_cast<std::size_t>(it.request)]);
+    for (int r = it.q_begin; r < it.q_end; ++r) {
+      Cover& c = cover[static_cast<std::size_t>((v.qo_indptr[it.request] + r) * H + it.kv_head)];
+      c.kv.emplace_back(it.kv_begin, it.kv_end);
+      if (it.partial_row == plan::kDirect) {
+        ++c.direct;
+      } else {
+        const int prow = it.partial_row + r - it.q_begin;
+        ASSERT_LT(prow, h.num_partial_rows);
+        c.prows.push_back(prow);
+        ++prow_writes[static_cast<std::size_t>(prow) * H + it.kv_head];
+      }
+    }
+  }
+  for (int w : prow_writes) ASSERT_EQ(w, 1) << "a partial (row, kv head) written by several items, or never";
+
+  std::vector<int> merged(static_cast<std::size_t>(total_q), -1);
+  for (int m = 0; m < h.num_merge_rows; ++m) {
+    const int row = v.merge_row[m];
+    ASSERT_EQ(merged[static_cast<std::size_t>(row)], -1) << "row merged twice";
+    merged[static_cast<std::size_t>(row)] = m;
+  }
+  ASSERT_EQ(v.merge_indptr[0], 0);
+  for (std::size_t b = 0; b < q.size(); ++b) {
+    const math::MaskSpec mask = math::MaskSpec::make(q[b], kv[b], p.cfg.causal, p.cfg.window_left, p.cfg.window_right);
+    for (int r = 0; r < q[b]; ++r) {
+      const std::int64_t row = v.qo_indptr[b] + r;
+      const math::KeyRange vis = math::visible_keys(mask, r);
+      for (int hk = 0; hk < H; ++hk) {
+        Cover c = cover[static_cast<std::size_t>(row * H + hk)];
+        ASSERT_FALSE(c.kv.empty()) << "row " << row << " head " << hk << " has no item";
+        std::sort(c.kv.begin(), c.kv.end());
+        // Disjoint, contiguous, and containing every visible key: each visible key once.
+        for (std::size_t i = 1; i < c.kv.size(); ++i) ASSERT_EQ(c.kv[i].first, c.kv[i - 1].second);
+        if (!vis.empty()) {
+          ASSERT_LE(c.kv.front().first, vis.begin) << "request " << b << " row " << r;
+          ASSERT_GE(c.kv.back().second, vis.end) << "request " << b << " row " << r;
+        }
+        const int m = merged[static_cast<std::size_t>(row)];
+        if (c.direct) {
+          ASSERT_EQ(c.direct, 1);
+          ASSERT_TRUE(c.prows.empty());
+          ASSERT_EQ(m, -1) << "a directly written row is merged too";
+        } else {
+          ASSERT_GE(m, 0) << "split row " << row << " never merged";
+          std::vector<int> listed(v.merge_partial + v.merge_indptr[m], v.merge_partial + v.merge_indptr[m + 1]);
+          std::vector<int> written = c.prows;
+          std::sort(listed.begin(), listed.end());
+          std::sort(written.begin(), written.end());
+          ASSERT_EQ(listed, written);
+          ASSERT_GE(written.size(), 2u);
+        }
+      }
+    }
+  }
+  (void)G;
+}
+
+std::vector<std::int32_t> random_lens(std::mt19937_64& rng, int n, int lo, int hi) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+  return v;
+}
+
+TEST(Planner, CoversEveryVisibleKeyOncePerRow) {
+  auto rng = fresh_rng();
+  const std::vector<SplitPolicy> policies{{}, disabled(), fixed(1), fixed(7), fixed(64), fixed(1000)};
+  struct MaskCase { bool causal; int left, right; };
+  const std::vector<MaskCase> masks{{false, -1, -1}, {true, -1, -1}, {false, 20, 3}, {true, 50, -1}, {false, -1, 0}};
+  for (int trial = 0; trial < 12; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 9);
+    auto q = random_lens(rng, n, 0, 40);
+    auto kv = random_lens(rng, n, 0, 200);
+    q[0] = 1, kv[0] = 0;  // empty KV
+    if (n > 1) q[1] = 1, kv[1] = 1;
+    for (const auto& pol : policies)
+      for (const auto& mk : masks)
+        for (auto [hq, hkv] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{8, 1}})
+          for (int sms : {1, 132}) {
+            SCOPED_TRACE("trial " + std::to_string(trial) + " mode " + std::to_string(static_cast<int>(pol.mode)) +
+                         " chunk " + std::to_string(pol.kv_chunk_tokens) + " causal " + std::to_string(mk.causal) +
+                         " window " + std::to_string(mk.left) + "," + std::to_string(mk.right) + " hkv " +
+                         std::to_string(hkv) + " sms " + std::to_string(sms));
+            Planned p = make_plan(config(hq, hkv, pol, 16, mk.causal, mk.left, mk.right), sms, q, kv, true);
+            check_plan(p, q, kv);
+            if (HasFatalFailure()) return;
+          }
+  }
+}
+
+TEST(Planner, DisabledIsOneChunkPerTile) {
+  const std::vector<std::int32_t> q{1, 100, 0, 3}, kv{5000, 100, 20, 3};
+  Planned p = make_plan(config(8, 2, disabled()), 132, q, kv);
+  const int tiles = 1 + (100 + 15) / 16 + 0 + 1;  // q_tile_rows = 64 / group 4 = 16
+  EXPECT_EQ(p.layout.q_tile_rows, 16);
+  EXPECT_EQ(p.summary.num_items, tiles * 2);
+  EXPECT_EQ(p.summary.num_merge_rows, 0);
+  EXPECT_EQ(p.summary.chunk_tokens, 0);
+  EXPECT_EQ(p.splits, (std::vector<std::int32_t>{1, 1, 0, 1}));
+}
+
+TEST(Planner, FixedChunksSplitEachRequestIndependently) {
+  const std::vector<std::int32_t> q{1, 1, 1, 20}, kv{1000, 100, 0, 250};
+  for (int chunk : {1, 7, 100, 256, 5000}) {
+    Planned p = make_plan(config(8, 8, fixed(chunk)), 4, q, kv, true);
+    auto ceil_div = [](int a, int b) { return (a + b - 1) / b; };
+    EXPECT_EQ(p.splits[0], ceil_div(1000, chunk)) << chunk;
+    EXPECT_EQ(p.splits[1], ceil_div(100, chunk)) << chunk;
+    EXPECT_EQ(p.splits[2], 1) << chunk;
+    EXPECT_EQ(p.splits[3], ceil_div(250, chunk)) << chunk;
+    // The same request alone is split the same way (independent of the batch).
+    Planned alone = make_plan(config(8, 8, fixed(chunk)), 4, {1}, {1000}, true);
+    EXPECT_EQ(alone.splits[0], p.splits[0]);
+    const plan::WorkItem& a = alone.view().items[alone.summary.num_items - 1];
+    EXPECT_EQ(a.kv_end - a.kv_begin, 1000 - (p.splits[0] - 1) * chunk);
+  }
+}
+
+TEST(Planner, AutomaticFillsTheDeviceWithTileAlignedChunks) {
+  for (int page_size : {1, 16, 64, 128}) {
+    for (int hkv : {1, 8}) {
+      Planned p = make_plan(config(8, hkv, {}, page_size), 132, {1}, {32768});
+      SCOPED_TRACE("page " + std::to_string(page_size) + " hkv " + std::to_string(hkv));
+      // >= 2 * num_sms items, unless chunks of one unit (a tile or a page) are not enough.
+      const int unit = std::max(page_size, plan::kKVTile);
+      EXPECT_GE(p.summary.num_items, std::min(2 * 132, (32768 + unit - 1) / unit * hkv));
+      EXPECT_GT(p.splits[0], 1);
+      ASSERT_GT(p.summary.chunk_tokens, 0);
+      EXPECT_EQ(p.summary.chunk_tokens % plan::kKVTile, 0);
+      EXPECT_EQ(p.summary.chunk_tokens % page_size, 0);
+      // No more than needed: doubling the chunk would leave SMs idle.
+      EXPECT_LT((32768 + 2 * p.summary.chunk_tokens - 1) / (2 * p.summary.chunk_tokens) * hkv, 2 * 132);
+    }
+  }
+  // Enough work already (256 decode requests x 8 heads >= 2 * 132): no split.
+  Planned busy = make_plan(config(32, 8), 132, std::vector<std::int32_t>(256, 1), std::vector<std::int32_t>(256, 4000));
+  EXPECT_EQ(busy.summary.chunk_tokens, 0);
+  EXPECT_EQ(busy.summary.num_merge_rows, 0);
+  // Short KV is never split.
+  Planned shortkv = make_plan(config(8, 1), 132, {1}, {64});
+  EXPECT_EQ(shortkv.splits[0], 1);
+  // Prefill and decode alike: a long prefill chunk on a big device splits too.
+  Planned prefill = make_plan(config(8, 8), 132, {40}, {20000});
+  EXPECT_GT(prefill.splits[0], 1);
+}
+
+TEST(Planner, AutomaticNeverOutgrowsTheDefaultWorkspace) {
+  auto rng = fresh_rng();
+  for (int trial = 0; trial < 200; ++trial) {
+    const int sms = 1 + static_cast<int>(rng() % 200);
+    const int hkv = 1 << (rng() % 4);
+    const int hq = hkv << (rng() % 4);
+    BatchConfig c = config(hq, hkv, {}, 1 + static_cast<int>(rng() % 64), rng() % 2 == 0);
+    c.max_requests = 1 + static_cast<int>(rng() % 64);
+    c.max_q_tokens = c.max_requests + static_cast<int>(rng() % 300);
+    // A batch at capacity: as many requests as allowed, q tokens spread to maximise tiles.
+    std::vector<std::int32_t> q(static_cast<std::size_t>(c.max_requests), 1), kv(q.size());
+    int left = c.max_q_tokens - c.max_requests;
+    for (auto& x : q) {
+      const int add = std::min(left, static_cast<int>(rng() % 40));
+      x += add;
+      left -= add;
+    }
+    for (auto& x : kv) x = static_cast<int>(rng() % 100000);
+    const plan::PlanConfig cfg = plan::make_plan_config(c, DeviceFacts{Device::cpu(), sms});
+    const std::size_t bytes = BatchAttention::workspace_size(c, DeviceFacts{Device::cpu(), sms});
+    const plan::WorkspaceLayout layout = plan::workspace_layout(cfg, bytes);
+    Buffer ws(bytes);
+    plan::PlanScratch scratch;
+    ASSERT_NO_THROW(plan::build_plan(cfg, layout, q, kv, 1, ws.data(), scratch)) << "trial " << trial;
+  }
+}
+
+TEST(Planner, SplitRowsMergeTheirChunksInKvOrder) {
+  Planned p = make_plan(config(4, 2, fixed(10)), 1, {2}, {25});
+  plan::PlanView v = p.view();
+  ASSERT_EQ(v.header->num_merge_rows, 2);
+  ASSERT_EQ(v.header->num_items, 3 * 2);
+  for (int m = 0; m < 2; ++m) {
+    ASSERT_EQ(v.merge_indptr[m + 1] - v.merge_indptr[m], 3);
+    for (int c = 0; c < 3; ++c) {
+      const int prow = v.merge_partial[v.merge_indptr[m] + c];
+      // The item of chunk c writes this partial row.
+      bool found = false;
+      for (int i = 0; i < v.header->num_items; ++i)
+        if (v.items[i].chunk == c && v.items[i].partial_row + (v.merge_row[m] - v.items[i].q_begin) == prow) {
+          found = true;
+          EXPECT_EQ(v.items[i].kv_begin, 10 * c);
+        }
+      EXPECT_TRUE(found);
+    }
+  }
+}
+
+TEST(Planner, CausalTilesSkipTheMaskedTriangle) {
+  // 64 query rows over 64 keys, causal, GQA 8 (q_tile_rows 8): tile t sees keys [0, 8 (t + 1)).
+  Planned p = make_plan(config(8, 1, disabled(), 16, true), 1, {64}, {64});
+  plan::PlanView v = p.view();
+  ASSERT_EQ(v.header->num_items, 8);
+  for (int t = 0; t < 8; ++t) {
+    EXPECT_EQ(v.items[t].kv_begin, 0);
+    EXPECT_EQ(v.items[t].kv_end, 8 * (t + 1));
+  }
+}
+
+TEST(Planner, DeterministicPlans) {
+  auto rng = fresh_rng();
+  const auto q = random_lens(rng, 50, 0, 30), kv = random_lens(rng, 50, 0, 5000);
+  Planned a = make_plan(config(16, 4, {}, 16, true), 132, q, kv);
+  Planned b = make_plan(config(16, 4, {}, 16, true), 132, q, kv);
+  ASSERT_EQ(a.layout.plan_bytes, b.layout.plan_bytes);
+  const auto* pa = static_cast<const unsigned char*>(a.ws->data());
+  const auto* pb = static_cast<const unsigned char*>(b.ws->data());
+  EXPECT_EQ(std::memcmp(pa, pb, a.layout.plan_bytes), 0);
+}
+
+TEST(Planner, CapacityAndWorkspaceErrors) {
+  BatchConfig c = config(8, 2);
+  c.max_requests = 4;
+  c.max_q_tokens = 10;
+  const DeviceFacts facts{Device::cpu(), 4};
+  const std::size_t bytes = BatchAttention::workspace_size(c, facts);
+  Buffer ws(bytes + 64);
+  Workspace w{ws.data(), bytes, Device::cpu()};
+  BatchAttention ba(c);
+  auto snapshot = [&] {
+    return std::vector<unsigned char>(static_cast<unsigned char*>(ws.data()), static_cast<unsigned char*>(ws.data()) + bytes);
+  };
+  const auto before = snapshot();
+  auto expect = [&](const std::function<void()>& f, ErrorCode code, const std::string& arg) {
+    const Error e = catch_error(f);
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_EQ(e.argument(), arg) << e.what();
+    EXPECT_NE(std::string(e.what()).find("BatchAttention::plan: " + arg + ": expected"), std::string::npos) << e.what();
+    EXPECT_EQ(snapshot(), before) << "workspace written on failure";
+  };
+  using V = std::vector<std::int32_t>;
+  expect([&] { ba.plan(V{1, 1, 1, 1, 1}, V{1, 1, 1, 1, 1}, facts, w); }, ErrorCode::invalid_argument, "q_lens");
+  expect([&] { ba.plan(V{5, 6}, V{9, 9}, facts, w); }, ErrorCode::invalid_argument, "q_lens");
+  expect([&] { ba.plan(V{1, 1}, V{1}, facts, w); }, ErrorCode::invalid_argument, "kv_lens");
+  expect([&] { ba.plan(V{1, -1}, V{1, 1}, facts, w); }, ErrorCode::invalid_argument, "q_lens[1]");
+  expect([&] { ba.plan(V{1, 1}, V{1, -2}, facts, w); }, ErrorCode::invalid_argument, "kv_lens[1]");
+  expect([&] { ba.plan(V{1}, V{1}, facts, Workspace{ws.data(), bytes - 1, Device::cpu()}); },
+         ErrorCode::workspace_too_small, "workspace");
+  expect([&] { ba.plan(V{1}, V{1}, facts, Workspace{nullptr, bytes, Device::cpu()}); }, ErrorCode::invalid_argument,
+         "workspace.data");
+  expect([&] { ba.plan(V{1}, V{1}, facts, Workspace{static_cast<char*>(ws.data()) + 4, bytes, Device::cpu()}); },
+         ErrorCode::invalid_argument, "workspace.data");
+  expect([&] { ba.plan(V{1}, V{1}, DeviceFacts{Device::cpu(), 0}, w); }, ErrorCode::invalid_argument, "facts.num_sms");
+  expect([&] { ba.plan(V{1}, V{1}, facts, Workspace{ws.data(), bytes, Device::cuda(0)}); }, ErrorCode::invalid_argument,
+         "workspace.device");
+  expect([&] { ba.plan(V{1}, V{1}, DeviceFacts{Device::cuda(0), 132}, Workspace{ws.data(), bytes, Device::cuda(0)}); },
+         ErrorCode::unsupported, "workspace.device");
+  EXPECT_EQ(ba.planned_batch(), 0);
+
+  // Fixed tiny chunks on a long sequence need more split slots than the default workspace has;
+  // the message says how much, and a workspace that large works.
+  BatchConfig f = c;
+  f.split = fixed(1);
+  BatchAttention fa(f);
+  const std::size_t fbytes = BatchAttention::workspace_size(f, facts);
+  Buffer small(fbytes);
+  const Error e = catch_error([&] { fa.plan(V{1}, V{5000}, facts, Workspace{small.data(), fbytes, Device::cpu()}); });
+  EXPECT_EQ(e.code(), ErrorCode::workspace_too_small) << e.what();
+  EXPECT_EQ(e.argument(), "workspace");
+  const std::string msg = e.what();
+  const auto at = msg.find("at least ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  const std::size_t need = std::stoull(msg.substr(at + 9));
+  Buffer big(need);
+  EXPECT_NO_THROW(fa.plan(V{1}, V{5000}, facts, Workspace{big.data(), need, Device::cpu()}));
+  EXPECT_EQ(fa.planned_splits(0), 5000);
+  EXPECT_THROW(fa.plan(V{1}, V{5000}, facts, Workspace{big.data(), need - 4096, Device::cpu()}), Error);
+}
+
+TEST(Planner, ApiAccessors) {
+  BatchAttention ba(config(8, 2, fixed(100)));
+  const DeviceFacts facts{Device::cpu(), 2};
+  Buffer ws(BatchAttention::workspace_size(ba.config(), facts));
+  ba.plan(std::vector<std::int32_t>{3, 1, 0}, std::vector<std::int32_t>{10, 250, 7}, facts,
+          Workspace{ws.data(), ws.bytes, Device::cpu()});
+  EXPECT_EQ(ba.planned_batch(), 3);
+  EXPECT_EQ(ba.planned_q_tokens(), 4);
+  EXPECT_EQ(ba.planned_splits(0), 1);
+  EXPECT_EQ(ba.planned_splits(1), 3);
+  EXPECT_EQ(ba.planned_splits(2), 0);
+  EXPECT_EQ(ba.planned_work_items(), 2 * (1 + 3));
+  EXPECT_EQ(catch_error([&] { (void)ba.planned_splits(3); }).argument(), "request");
+  EXPECT_EQ(query_device(Device::cpu()).num_sms >= 1, true);
+  EXPECT_EQ(catch_error([] { (void)query_device(Device::cuda(0)); }).code(), ErrorCode::unsupported);
+}
+
+TEST(Planner, PlanTime) {
+  auto rng = fresh_rng();
+  BatchConfig c = config(32, 8, {}, 16, true);
+  c.max_requests = 256;
+  c.max_q_tokens = 8192;
+  // 256 requests: mostly decode, some prefill chunks, long and short contexts.
+  std::vector<std::int32_t> q(256), kv(256);
+  for (int b = 0; b < 256; ++b) {
+    q[static_cast<std::size_t>(b)] = b % 16 == 0 ? 256 : 1;
+    kv[static_cast<std::size_t>(b)] = q[static_cast<std::size_t>(b)] + static_cast<int>(rng() % 32000);
+  }
+  for (int sms : {2, 132}) {
+    const DeviceFacts facts{Device::cpu(), sms};
+    Buffer ws(BatchAttention::workspace_size(c, facts));
+    BatchAttention ba(c);
+    const Workspace w{ws.data(), ws.bytes, Device::cpu()};
+    ba.plan(q, kv, facts, w);  // warm up (scratch grows once)
+    const int reps = 2000;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) ba.plan(q, kv, facts, w);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+    std::printf("plan() of 256 requests (num_sms %d): %.2f us, %d work items\n", sms, us, ba.planned_work_items());
+    // A single long decode on a big device goes through the chunk search.
+    std::vector<std::int32_t> q1(256, 1), kv1(256, 100);
+    kv1[0] = 1 << 20;
+    BatchConfig c1 = c;
+    c1.heads_kv = 1;
+    BatchAttention b1(c1);
+    Buffer ws1(BatchAttention::workspace_size(c1, facts));
+    const Workspace w1{ws1.data(), ws1.bytes, Device::cpu()};
+    b1.plan(q1, kv1, facts, w1);
+    const auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) b1.plan(q1, kv1, facts, w1);
+    const double us1 = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count() / reps;
+    std::printf("plan() of 256 decode requests, MQA, one 1M-token (num_sms %d): %.2f us, %d items, %d splits\n", sms,
+                us1, b1.planned_work_items(), b1.planned_splits(0));
+  }
+}
+
+}  // namespace
+}  // namespace tessera::testing
