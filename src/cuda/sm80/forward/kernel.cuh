@@ -123,10 +123,17 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
   __syncthreads();
   // Sequence offsets are fetched again rather than kept live through the mainloop (they
   // would only occupy registers there; under a 128-register cap they spilled).
-  const std::int64_t out_row0 = (a.cu_seqlens_q != nullptr ? a.cu_seqlens_q[b] : 0) + wr0;
+  int out_len = a.seq_q;
+  std::int64_t out_row0 = 0;
+  if (a.cu_seqlens_q != nullptr) {
+    out_row0 = a.cu_seqlens_q[b];
+    out_len = a.cu_seqlens_q[b + 1] - static_cast<int>(out_row0);
+  }
+  const int out_r0 = m_block * BM + 16 * (threadIdx.x >> 5);  // = wr0
+  out_row0 += out_r0;
   T* o_ptr = static_cast<T*>(a.o) + b * a.o_batch + out_row0 * a.o_row + h * a.o_head;
   float* lse_ptr = a.lse == nullptr ? nullptr : a.lse + b * a.lse_batch + h * a.lse_head + out_row0;
-  epilogue_store<Tr, T>(o, rows, sQ + 16 * warp * D, o_ptr, a.o_row, wr_end - wr0, lse_ptr, lane);
+  epilogue_store<Tr, T>(o, rows, sQ + 16 * warp * D, o_ptr, a.o_row, min(out_len - out_r0, 16), lse_ptr, lane);
 }
 
 }  // namespace tessera::cuda::sm80

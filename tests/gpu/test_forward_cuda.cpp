@@ -1,0 +1,307 @@
+// The CUDA forward (sm80 FA2-class kernels) against the fp64 oracle under the tolerance rule
+//   max |kernel - oracle| <= 2 * max |naive same-precision - oracle| + rounding floor,
+// on the CPU suite's grid (odd sizes, seq_q != seq_k both ways, head dims 64/128/256, GQA
+// 1/4/8, causal / window / softcap, f16 and bf16, ragged with empty sequences, padded
+// strides) plus long sequences checked on row blocks. Inputs sit inside NaN margins on the
+// device exactly as on the host; outputs are poisoned before each run and must be fully
+// written, with margins intact.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/build_params.h"
+#include "cpu/reference.h"
+#include "gpu/gpu_support.h"
+#include "support/test_support.h"
+#include "tessera/attention.h"
+#include "tessera/error.h"
+
+namespace tessera::testing {
+namespace {
+
+AttentionOptions opts(bool causal, int left = -1, int right = -1, float softcap = 0.0f) {
+  AttentionOptions o;
+  o.causal = causal;
+  o.window_left = left;
+  o.window_right = right;
+  o.softcap = softcap;
+  return o;
+}
+
+CaseSpec dense(DType dt, int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad = 0) {
+  CaseSpec s;
+  s.dtype = dt;
+  s.batch = batch;
+  s.seq_q = sq;
+  s.seq_k = sk;
+  s.heads_q = hq;
+  s.heads_kv = hkv;
+  s.head_dim = d;
+  s.options = o;
+  s.row_pad = pad;
+  return s;
+}
+
+CaseSpec ragged(DType dt, std::vector<int> ql, std::vector<int> kl, int hq, int hkv, int d, AttentionOptions o,
+                std::int64_t pad = 0) {
+  CaseSpec s = dense(dt, 0, 0, 0, hq, hkv, d, o, pad);
+  s.q_lens = std::move(ql);
+  s.k_lens = std::move(kl);
+  return s;
+}
+
+// A host AttentionCase mirrored on the GPU: run() poisons out/lse on both sides, calls the
+// public API with device views and downloads the outputs into the host case.
+struct GpuCase {
+  AttentionCase host;
+  DeviceTensor q, k, v, out, lse, cu_q, cu_k;
+
+  GpuCase(const CaseSpec& spec, std::mt19937_64& rng)
+      : host(spec, rng), q(host.q), k(host.k), v(host.v), out(host.out), lse(host.lse) {
+    if (spec.ragged()) {
+      cu_q = DeviceTensor(host.cu_q);
+      cu_k = DeviceTensor(host.cu_k);
+    }
+  }
+
+  void run(const AttentionOptions& o, bool with_lse = true, void* stream = nullptr) {
+    out.poison(host.out);
+    lse.poison(host.lse);
+    ExecutionContext ctx;
+    ctx.stream = stream;
+    AttentionOptions oo = o;
+    oo.return_lse = with_lse;
+    const Tensor l = with_lse ? lse.view() : Tensor{};
+    if (host.spec.ragged())
+      attention_forward_ragged(q.view(), k.view(), v.view(), cu_q.view(), cu_k.view(), out.view(), l, oo, ctx);
+    else
+      attention_forward(q.view(), k.view(), v.view(), out.view(), l, oo, ctx);
+    TESSERA_TEST_CUDA(cudaDeviceSynchronize());
+    out.download(host.out);
+    lse.download(host.lse);
+  }
+  void run() { run(host.options()); }
+
+  // The inputs on the device, margins included, are still what was uploaded.
+  void expect_inputs_untouched() const {
+    for (auto [d, h] : {std::pair{&q, &host.q}, {&k, &host.k}, {&v, &host.v}}) {
+      HostTensor copy = *h;
+      d->download(copy);
+      EXPECT_TRUE(copy.bytes() == h->bytes()) << "an input changed on the device";
+    }
+  }
+};
+
+void expect_matches_oracle(const AttentionCase& c, const AttentionParams& p) {
+  const auto oracle = cpu::reference::forward(p);
+  std::vector<double> naive_lse;
+  const auto naive = naive_same_precision_forward(p, &naive_lse);
+  std::vector<std::int64_t> st;
+  std::vector<int> ln;
+  q_rows(p, &st, &ln);
+  const auto got = gather_rows(c.out, p.o, p.dtype, p.batch, st, ln, p.heads_q, p.head_dim, p.ragged());
+  const auto got_lse = gather_lse(c.lse, p.lse, p.batch, st, ln, p.heads_q, p.ragged());
+  EXPECT_LE(max_abs_error(got, oracle.o), tolerance(naive, oracle.o, p.dtype))
+      << "naive error " << max_abs_error(naive, oracle.o);
+  // LSE is fp32 whatever the inputs; max_abs_error also requires -inf exactly where expected.
+  EXPECT_LE(max_abs_error(got_lse, oracle.lse), tolerance(naive_lse, oracle.lse, DType::f32))
+      << "naive error " << max_abs_error(naive_lse, oracle.lse);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The covering grid (CPU suite's, on f16/bf16 with 16-byte row padding) and a few more tiles.
+
+std::vector<CaseSpec> grid() {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  return {
+      dense(bf16, 2, 113, 113, 4, 1, 64, opts(false)),
+      dense(f16, 1, 17, 1023, 8, 1, 128, opts(true)),                // seq_q < seq_k, GQA 8, causal
+      dense(bf16, 2, 113, 17, 2, 2, 256, opts(true), 8),             // seq_q > seq_k: top rows fully masked
+      dense(f16, 1, 1023, 1023, 2, 2, 64, opts(false, 128, 16)),     // sliding window
+      dense(bf16, 3, 1, 1, 4, 1, 128, opts(false, -1, -1, 3.0f)),   // seq 1, softcap
+      dense(f16, 1, 1, 113, 8, 8, 256, opts(true, -1, -1, 2.0f), 8),  // decode row, softcap + causal
+      dense(bf16, 1, 1023, 113, 4, 4, 128, opts(false, -1, 32), 16),  // right-only window, seq_q > seq_k
+      dense(bf16, 1, 113, 1023, 8, 2, 64, opts(true, 200, -1)),      // causal + window, GQA 4
+      dense(f16, 2, 17, 17, 1, 1, 256, opts(false, 3, 3, 1.5f), 8),  // narrow band + softcap
+      dense(bf16, 2, 1023, 1023, 2, 2, 128, opts(true)),             // many causal tiles
+      dense(f16, 1, 300, 200, 4, 4, 128, opts(false), 8),            // ragged tails on both axes
+      dense(f16, 1, 200, 333, 8, 1, 64, opts(true)),                 // GQA 8, hd 64 f16
+      dense(bf16, 1, 1, 17, 2, 1, 64, opts(false)),                  // one query row
+      dense(bf16, 1, 500, 300, 2, 1, 256, opts(false, 50, -1)),      // left-only window, seq_q > seq_k
+      dense(f16, 1, 129, 129, 1, 1, 256, opts(true)),                // one row past a tile
+      ragged(f16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(true), 8),  // empty seq, empty KV
+      ragged(bf16, {113, 1, 17}, {1023, 17, 17}, 8, 1, 128, opts(false, 64, 0, 5.0f)),
+      ragged(f16, {0, 1023, 17}, {0, 113, 113}, 2, 1, 64, opts(false)),
+      ragged(bf16, {33, 0}, {65, 0}, 4, 4, 256, opts(true), 8),
+      ragged(bf16, {200, 129, 64}, {64, 300, 129}, 4, 2, 128, opts(true), 8),
+  };
+}
+
+class CudaForwardGrid : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(CudaForwardGrid, MatchesOracleWithinRule) {
+  const CaseSpec spec = GetParam();
+  SCOPED_TRACE(spec.name());
+  auto rng = fresh_rng();
+  GpuCase g(spec, rng);
+  g.run();
+  EXPECT_EQ(g.host.out.count_nan(), 0);
+  EXPECT_EQ(g.host.lse.count_nan(), 0);
+  EXPECT_TRUE(g.host.out.margins_intact());
+  EXPECT_TRUE(g.host.lse.margins_intact());
+  g.expect_inputs_untouched();
+  expect_matches_oracle(g.host, g.host.forward_params());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaForwardGrid, ::testing::ValuesIn(grid()),
+                         [](const ::testing::TestParamInfo<CaseSpec>& info) { return "case" + std::to_string(info.index); });
+
+// ---------------------------------------------------------------------------------------------
+// Long sequences: the kernel runs on everything, the oracle checks blocks of rows. For a row
+// block [r0, r1) of a seq_q == seq_k problem, queries r0..r1 against keys [0, r1) (causal)
+// or all keys (no mask) is the same attention: bottom-right alignment puts the diagonal at
+// offset r0 in both, so masks and windows are unchanged.
+
+struct LongCase {
+  CaseSpec spec;
+  std::vector<int> block_starts;  // row blocks of 64 to check
+};
+
+Tensor rows_view(const HostTensor& t, std::int64_t r0, std::int64_t rows, int row_dim) {
+  std::int64_t shape[kMaxRank], strides[kMaxRank];
+  const int rank = static_cast<int>(t.shape().size());
+  for (int d = 0; d < rank; ++d) {
+    shape[d] = t.shape()[d];
+    strides[d] = t.strides()[d];
+  }
+  shape[row_dim] = rows;
+  auto* base = static_cast<unsigned char*>(t.base()) + r0 * strides[row_dim] * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  return Tensor::from_arrays(base, t.dtype(), rank, shape, strides);
+}
+
+class CudaForwardLong : public ::testing::TestWithParam<LongCase> {};
+
+TEST_P(CudaForwardLong, RowBlocksMatchOracle) {
+  const LongCase lc = GetParam();
+  const CaseSpec& spec = lc.spec;
+  SCOPED_TRACE(spec.name());
+  auto rng = fresh_rng();
+  GpuCase g(spec, rng);
+  g.run();
+  EXPECT_EQ(g.host.out.count_nan(), 0);
+  EXPECT_EQ(g.host.lse.count_nan(), 0);
+  EXPECT_TRUE(g.host.out.margins_intact());
+  EXPECT_TRUE(g.host.lse.margins_intact());
+  const bool masked = spec.options.causal || spec.options.window_left >= 0 || spec.options.window_right >= 0;
+  ASSERT_TRUE(!masked || spec.seq_q == spec.seq_k) << "row blocks of masked problems need seq_q == seq_k";
+  for (int r0 : lc.block_starts) {
+    const int r1 = std::min(r0 + 64, spec.seq_q);
+    SCOPED_TRACE("rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ")");
+    const int keys = masked ? r1 : spec.seq_k;
+    AttentionOptions o = g.host.options();
+    const AttentionParams p = api::build_forward_params(
+        rows_view(g.host.q, r0, r1 - r0, 1), rows_view(g.host.k, 0, keys, 1), rows_view(g.host.v, 0, keys, 1), Tensor{},
+        Tensor{}, rows_view(g.host.out, r0, r1 - r0, 1), rows_view(g.host.lse, r0, r1 - r0, 2), o, {});
+    expect_matches_oracle(g.host, p);
+  }
+}
+
+std::vector<LongCase> long_cases() {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  return {
+      {dense(bf16, 1, 4096, 4096, 2, 1, 128, opts(false)), {0, 2000, 4032}},
+      {dense(bf16, 1, 16384, 16384, 1, 1, 128, opts(true)), {0, 8191, 16320}},
+      {dense(f16, 1, 8192, 8192, 2, 2, 64, opts(true, 1024, -1)), {0, 1000, 8128}},
+      {dense(bf16, 1, 4096, 4096, 1, 1, 256, opts(false, -1, -1, 30.0f)), {64, 4032}},
+      {dense(bf16, 1, 4000, 12345, 2, 1, 128, opts(false)), {0, 3936}},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaForwardLong, ::testing::ValuesIn(long_cases()),
+                         [](const ::testing::TestParamInfo<LongCase>& info) { return "long" + std::to_string(info.index); });
+
+// ---------------------------------------------------------------------------------------------
+// Behaviour around the numbers.
+
+TEST(CudaForward, WithoutLseWritesNoLse) {
+  auto rng = fresh_rng();
+  GpuCase g(dense(DType::bf16, 1, 130, 70, 2, 1, 128, opts(true)), rng);
+  g.run(opts(true), /*with_lse=*/false);
+  EXPECT_EQ(g.host.out.count_nan(), 0);
+  EXPECT_EQ(g.host.lse.count_nan(), g.host.lse.numel());  // untouched poison
+  const auto p = g.host.forward_params();
+  const auto oracle = cpu::reference::forward(p);
+  const auto naive = naive_same_precision_forward(p);
+  EXPECT_LE(max_abs_error(g.host.out_packed(), oracle.o), tolerance(naive, oracle.o, DType::bf16));
+}
+
+TEST(CudaForward, RepeatableAndStreamOrdered) {
+  auto rng = fresh_rng();
+  GpuCase g(dense(DType::f16, 2, 257, 300, 4, 2, 64, opts(true, 100, -1)), rng);
+  g.run();
+  const auto o1 = g.host.out.bytes(), l1 = g.host.lse.bytes();
+  cudaStream_t stream = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamCreate(&stream));
+  g.run(g.host.options(), true, stream);
+  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
+  EXPECT_TRUE(o1 == g.host.out.bytes());
+  EXPECT_TRUE(l1 == g.host.lse.bytes());
+}
+
+// Rows that see no key: O = 0 and LSE = -inf, never NaN (seq_k = 0 and a window that
+// excludes everything for the first rows).
+TEST(CudaForward, EmptyRowsAreZeroWithMinusInfLse) {
+  auto rng = fresh_rng();
+  for (const CaseSpec& s : {dense(DType::bf16, 1, 40, 0, 2, 1, 64, opts(false)),
+                            dense(DType::f16, 1, 200, 100, 1, 1, 128, opts(true))}) {
+    SCOPED_TRACE(s.name());
+    GpuCase g(s, rng);
+    g.run();
+    EXPECT_EQ(g.host.out.count_nan(), 0);
+    EXPECT_EQ(g.host.lse.count_nan(), 0);
+    // seq_q > seq_k causal: rows i < seq_q - seq_k see nothing.
+    const int empty_rows = s.seq_q - s.seq_k;
+    for (int h = 0; h < s.heads_q; ++h)
+      for (int i = 0; i < empty_rows; ++i) {
+        EXPECT_EQ(g.host.lse.get(h * s.seq_q + i), -INFINITY);
+        for (int d = 0; d < s.head_dim; ++d)
+          EXPECT_EQ(g.host.out.get((static_cast<std::int64_t>(i) * s.heads_q + h) * s.head_dim + d), 0.0f);
+      }
+    expect_matches_oracle(g.host, g.host.forward_params());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unsupported cases: a clear tessera::Error, nothing written.
+
+void expect_unsupported(const CaseSpec& spec, const std::string& needle) {
+  SCOPED_TRACE(spec.name());
+  auto rng = fresh_rng();
+  GpuCase g(spec, rng);
+  try {
+    g.run();
+    ADD_FAILURE() << "expected tessera::Error(unsupported)";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("supported on CUDA"), std::string::npos) << e.what();
+  }
+  HostTensor out = g.host.out;
+  g.out.download(out);
+  EXPECT_EQ(out.count_nan(), out.numel());
+  EXPECT_TRUE(out.margins_intact());
+}
+
+TEST(CudaForward, UnsupportedFp32) { expect_unsupported(dense(DType::f32, 1, 17, 17, 1, 1, 64, opts(false)), "f32"); }
+TEST(CudaForward, UnsupportedHeadDim) { expect_unsupported(dense(DType::bf16, 1, 17, 17, 1, 1, 96, opts(false)), "head_dim"); }
+TEST(CudaForward, UnsupportedMisalignedRows) {
+  expect_unsupported(dense(DType::f16, 1, 17, 17, 2, 1, 64, opts(false), 3), "16 bytes");
+}
+
+}  // namespace
+}  // namespace tessera::testing
