@@ -116,11 +116,15 @@ Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optio
                            std::to_string(rank))
                               .c_str());
   std::int64_t shape[kMaxRank] = {}, stride[kMaxRank] = {};
+  bool empty = false;
   for (int d = 0; d < rank; ++d) {
     shape[d] = static_cast<std::int64_t>(a.shape(d));
     stride[d] = a.stride_ptr() ? a.stride(d) : 0;
+    empty = empty || shape[d] == 0;
   }
-  Tensor t = Tensor::from_arrays(const_cast<void*>(a.data()), dtype, rank, shape, a.stride_ptr() ? stride : nullptr,
+  // Strides of an empty array mean nothing (exporters report 0 or anything): use contiguous.
+  const bool use_strides = a.stride_ptr() && !empty;
+  Tensor t = Tensor::from_arrays(const_cast<void*>(a.data()), dtype, rank, shape, use_strides ? stride : nullptr,
                                  device);
   arrays.held.push_back(std::move(a));
   return t;

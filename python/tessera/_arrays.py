@@ -64,6 +64,8 @@ class _NumpyAdapter:
     name = "numpy"
 
     def to_c(self, x):
+        if not isinstance(x, np.ndarray):
+            return x  # another framework's array, or garbage: the extension names it
         name = _ML_DTYPES_BY_NUMPY_NAME.get(x.dtype.name)
         if name is not None:
             return (x.view(_UINT_VIEW[x.dtype.itemsize]), name)
