@@ -42,11 +42,11 @@ std::int64_t k_elem(const BackwardParams& p, const StridedPtr& t, int b, int j, 
   return p.ragged() ? t.offset(0, p.k_start(b) + j, h) : t.offset(b, j, h);
 }
 
-// The q-side of one (q head, q tile): Q, dO, the LSE in base 2 and D, in fp32.
+// The q-side of one (q head, q tile): Q, dO, the LSE (natural log) and D, in fp32.
 struct QTile {
-  std::vector<float> q, dout, lse2, dsum;
+  std::vector<float> q, dout, lse, dsum;
   explicit QTile(int D)
-      : q(static_cast<std::size_t>(kTileQ) * D), dout(q.size()), lse2(kTileQ), dsum(kTileQ) {}
+      : q(static_cast<std::size_t>(kTileQ) * D), dout(q.size()), lse(kTileQ), dsum(kTileQ) {}
 };
 
 // The kv-side of one kv tile: K and V row-major (for dQ and dV updates) and transposed
@@ -73,7 +73,7 @@ void load_q_tile(const BackwardParams& p, const std::vector<float>& dsum, std::i
     }
     const std::int64_t row = packed_q_row(p, b, r0 + i);
     const float lse = p.lse.ptr[p.ragged() ? p.lse.offset(0, row, h) : p.lse.offset(b, r0 + i, h)];
-    t.lse2[i] = lse * math::kLog2e;  // -inf stays -inf: the row is skipped
+    t.lse[i] = lse;  // -inf: the row saw no key and is skipped
     t.dsum[i] = dsum[static_cast<std::size_t>(h * total_q + row)];
   }
 }
@@ -103,7 +103,7 @@ void scores(const BackwardParams& p, const math::MaskSpec& mask, const QTile& qt
     float* dsi = &out.ds[static_cast<std::size_t>(i) * kTileK];
     std::fill(pi, pi + nc, 0.0f);
     std::fill(dsi, dsi + nc, 0.0f);
-    if (qt.lse2[i] == -INFINITY) continue;  // the row saw no key in the forward
+    if (qt.lse[i] == -INFINITY) continue;  // the row saw no key in the forward
     int jb = 0, je = nc;
     if (!full) {
       const math::KeyRange kr = math::visible_keys(mask, r0 + i);
@@ -125,7 +125,7 @@ void scores(const BackwardParams& p, const math::MaskSpec& mask, const QTile& qt
       const float* vd = &kt.vt[static_cast<std::size_t>(d) * kTileK];
       for (int j = 0; j < nc; ++j) dsi[j] += gd * vd[j];
     }
-    const float lse2 = qt.lse2[i], di = qt.dsum[i];
+    const float lse = qt.lse[i], di = qt.dsum[i];
     for (int j = 0; j < nc; ++j) {
       if (j < jb || j >= je) {
         pi[j] = 0.0f;
@@ -138,7 +138,9 @@ void scores(const BackwardParams& p, const math::MaskSpec& mask, const QTile& qt
         s = cap * t;
         dcap = 1.0f - t * t;
       }
-      const float pij = exp2f(s * math::kLog2e - lse2);
+      // exp(s - lse) in natural units: s - lse is exact when they are close, whereas going
+      // through base 2 would round both at the logits' magnitude (1e-3 at |s| ~ 1e4).
+      const float pij = std::exp(s - lse);
       pi[j] = pij;
       dsi[j] = pij * (dsi[j] - di) * dcap;
     }

@@ -31,13 +31,15 @@ struct TileItem {
 struct Scratch {
   std::vector<float> q, kt, v, s, o;
   std::vector<math::OnlineSoftmaxRow> rows;
+  std::vector<float> smax;  // running max of the natural-unit scores, for the LSE
   explicit Scratch(int D)
       : q(static_cast<std::size_t>(kTileQ) * D),
         kt(static_cast<std::size_t>(D) * kTileK),
         v(static_cast<std::size_t>(kTileK) * D),
         s(static_cast<std::size_t>(kTileQ) * kTileK),
         o(static_cast<std::size_t>(kTileQ) * D),
-        rows(kTileQ) {}
+        rows(kTileQ),
+        smax(kTileQ) {}
 };
 
 void run_tile(const AttentionParams& p, const TileItem& item, int h, Scratch& w) {
@@ -52,7 +54,7 @@ void run_tile(const AttentionParams& p, const TileItem& item, int h, Scratch& w)
   const float cap = p.mask.softcap;
   // The scale is applied to each dot product rather than folded into Q: folding adds one
   // rounding per element of Q, which measurably loosens fp32 results against the oracle.
-  const float scale = p.mask.scale, scale_log2 = p.mask.scale * math::kLog2e;
+  const float scale = p.mask.scale;
 
   for (int i = 0; i < nr; ++i) {
     const std::int64_t base = ragged ? p.q.offset(0, qs + r0 + i, h) : p.q.offset(b, r0 + i, h);
@@ -60,7 +62,10 @@ void run_tile(const AttentionParams& p, const TileItem& item, int h, Scratch& w)
     for (int d = 0; d < D; ++d) qi[d] = math::load_as_float(p.q.ptr, base + d, dt);
   }
   std::fill(w.o.begin(), w.o.begin() + static_cast<std::ptrdiff_t>(nr) * D, 0.0f);
-  for (int i = 0; i < nr; ++i) w.rows[i] = math::OnlineSoftmaxRow{};
+  for (int i = 0; i < nr; ++i) {
+    w.rows[i] = math::OnlineSoftmaxRow{};
+    w.smax[i] = -INFINITY;
+  }
 
   const math::MaskSpec mask = math::MaskSpec::make(nq, nk, p.mask.causal, p.mask.window_left, p.mask.window_right);
   const math::KeyRange range = math::visible_keys_of_rows(mask, r0, r1);
@@ -88,20 +93,21 @@ void run_tile(const AttentionParams& p, const TileItem& item, int h, Scratch& w)
         const float* kd = &w.kt[static_cast<std::size_t>(d) * kTileK];
         for (int j = 0; j < nc; ++j) si[j] += qd * kd[j];
       }
-      if (cap > 0.0f) {
-        for (int j = 0; j < nc; ++j) si[j] = math::apply_softcap(si[j] * scale, cap) * math::kLog2e;
-      } else {
-        for (int j = 0; j < nc; ++j) si[j] *= scale_log2;
-      }
+      // Natural-unit scores first, then base 2 (t = s * log2 e) for the online softmax.
+      for (int j = 0; j < nc; ++j) si[j] = math::apply_softcap(si[j] * scale, cap);
       int jb = 0, je = nc;  // visible columns of this row within the tile
       if (!full) {
         const math::KeyRange kr = math::visible_keys(mask, r0 + i);
         jb = std::clamp(kr.begin - c0, 0, nc);
         je = std::clamp(kr.end - c0, jb, nc);
       }
-      float tile_max = -INFINITY;
-      for (int j = jb; j < je; ++j) tile_max = std::max(tile_max, si[j]);
-      if (tile_max == -INFINITY) continue;  // nothing visible here: row state unchanged
+      float smax = -INFINITY;
+      for (int j = jb; j < je; ++j) smax = std::max(smax, si[j]);
+      if (smax == -INFINITY) continue;  // nothing visible here: row state unchanged
+      w.smax[i] = std::max(w.smax[i], smax);
+      for (int j = jb; j < je; ++j) si[j] *= math::kLog2e;
+      // Rounding is monotone, so the max of the t's is the max s times log2 e.
+      const float tile_max = smax * math::kLog2e;
 
       math::OnlineSoftmaxRow& row = w.rows[i];
       const float alpha = row.enter_tile(tile_max);
@@ -125,8 +131,12 @@ void run_tile(const AttentionParams& p, const TileItem& item, int h, Scratch& w)
     const std::int64_t base = ragged ? p.o.offset(0, qs + r0 + i, h) : p.o.offset(b, r0 + i, h);
     const float* oi = &w.o[static_cast<std::size_t>(i) * D];
     for (int d = 0; d < D; ++d) math::store_from_float(p.o.ptr, base + d, dt, oi[d] * inv);
+    // LSE = max s + ln(l): l sums exp2(t - max t) = exp(s - max s) up to rounding. Anchoring on
+    // the natural-unit max instead of row.lse()'s (m + log2 l) * ln 2 saves two roundings at the
+    // logits' magnitude, which the backward's P = exp(s - lse) would feel at |s| ~ 1e4.
     if (p.lse.ptr != nullptr)
-      p.lse.ptr[ragged ? p.lse.offset(0, qs + r0 + i, h) : p.lse.offset(b, r0 + i, h)] = row.lse();
+      p.lse.ptr[ragged ? p.lse.offset(0, qs + r0 + i, h) : p.lse.offset(b, r0 + i, h)] =
+          row.l > 0.0f ? w.smax[i] + std::log(row.l) : -INFINITY;
   }
 }
 
