@@ -50,9 +50,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // Which kernel variant executes unit u (item u / row_blocks, vector block u % row_blocks).
 // Decode-shaped items (<= kDecodeMaxRows packed vectors) go to KG = 4, all others to KG = 1.
 template <int kKG>
-__device__ __forceinline__ bool unit_is_mine(const BatchArgs& a, long long u) {
-  const long long item = u / a.row_blocks;
-  const int rb = static_cast<int>(u - item * a.row_blocks);
+__device__ __forceinline__ bool unit_is_mine(const BatchArgs& a, int u) {
+  const int item = a.row_blocks == 1 ? u : u / a.row_blocks;  // 32-bit: no division call
+  const int rb = u - item * a.row_blocks;
   const int2 rows = *reinterpret_cast<const int2*>(&a.items[item].q_begin);  // q_begin, q_end
   const int n = (rows.y - rows.x) * a.group;
   if (kKG == 4) return n <= kDecodeMaxRows && rb == 0;
@@ -108,28 +108,43 @@ __device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, cons
   }
 }
 
-// S (this warp's 16 vectors x kWarpN keys) = Q K^T. sQw: the warp's first Q row; sK: the
-// warp's first key row inside the tile (row index key0 of the tile, for the swizzle).
+// Swizzled ldmatrix addresses without per-(row, chunk) registers. With rows of D * 2 bytes
+// (a multiple of 128) at 128-byte aligned tiles, swizzle() puts 16-byte chunk c of row r at
+//   tile + r * 2D + (((c & 7) ^ (r & 7)) << 4) + ((c >> 3) << 7).
+// A lane's base folds in its row and the lane-dependent chunk bits x (< 8):
+//   base = tile + r * 2D + (((r & 7) ^ x) << 4);
+// then chunk x ^ cc (cc a compile-time constant with cc & x == 0) of row r + 16 i is at
+//   (base ^ ((cc & 7) << 4)) + ((cc >> 3) << 7) + 16 i * 2D,
+// one XOR with an immediate and an immediate offset per ldmatrix.
+template <int D>
+__device__ __forceinline__ std::uint32_t lane_base(std::uint32_t tile, int row, int x) {
+  return tile + static_cast<std::uint32_t>(row * D * 2) + static_cast<std::uint32_t>(((row & 7) ^ x) << 4);
+}
+__device__ __forceinline__ std::uint32_t chunk_addr(std::uint32_t base, int cc) {
+  return (base ^ static_cast<std::uint32_t>((cc & 7) << 4)) + static_cast<std::uint32_t>((cc >> 3) << 7);
+}
+
+// S (this warp's 16 vectors x kWarpN keys) = Q K^T. q_row0 / k_row0: the warp's first Q row
+// and first key row of the tile (multiples of 16).
 template <typename Tr, bool kBf16>
 __device__ __forceinline__ void gemm_qk(float (&s)[Tr::kWarpN / 8][4], std::uint32_t sQ, int q_row0, std::uint32_t sK,
                                         int k_row0, int lane) {
+  constexpr int D = Tr::kHeadDim;
 #pragma unroll
   for (int n = 0; n < Tr::kWarpN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
   // A (Q, 16x16): matrices (rows 0-7, k lo), (rows 8-15, k lo), (rows 0-7, k hi), (rows 8-15, k hi).
-  const int a_row = q_row0 + (lane & 7) + 8 * ((lane >> 3) & 1);
-  const int a_hi = lane >> 4;
+  const std::uint32_t a_base = lane_base<D>(sQ, q_row0 + (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
   // B (K rows = keys, d contiguous = mma "col"): (keys 0-7, k lo), (keys 0-7, k hi),
   // (keys 8-15, k lo), (keys 8-15, k hi) -> b0/b1 of n-tile 2p, then of n-tile 2p + 1.
-  const int b_row = k_row0 + (lane & 7) + 8 * (lane >> 4);
-  const int b_hi = (lane >> 3) & 1;
+  const std::uint32_t b_base = lane_base<D>(sK, k_row0 + (lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1);
 #pragma unroll
-  for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
+  for (int kk = 0; kk < D / 16; ++kk) {
     std::uint32_t af[4];
-    ldmatrix_x4(af, sQ + 2u * swizzle<Tr::kChunks>(a_row, 2 * kk + a_hi));
+    ldmatrix_x4(af, chunk_addr(a_base, 2 * kk));
 #pragma unroll
     for (int p = 0; p < Tr::kWarpN / 16; ++p) {
       std::uint32_t bf[4];
-      ldmatrix_x4(bf, sK + 2u * swizzle<Tr::kChunks>(b_row + 16 * p, 2 * kk + b_hi));
+      ldmatrix_x4(bf, chunk_addr(b_base, 2 * kk) + static_cast<std::uint32_t>(16 * p * D * 2));
       mma_m16n8k16<kBf16>(s[2 * p], af, bf[0], bf[1]);
       mma_m16n8k16<kBf16>(s[2 * p + 1], af, bf[2], bf[3]);
     }
@@ -140,15 +155,15 @@ __device__ __forceinline__ void gemm_qk(float (&s)[Tr::kWarpN / 8][4], std::uint
 template <typename Tr, bool kBf16>
 __device__ __forceinline__ void gemm_pv(float (&o)[Tr::kHeadDim / 8][4], const std::uint32_t (&p)[Tr::kWarpN / 16][4],
                                         std::uint32_t sV, int v_row0, int lane) {
+  constexpr int D = Tr::kHeadDim;
   // ldmatrix.trans of V (keys x d): (keys lo, d-tile 2e), (keys hi, 2e), (keys lo, 2e+1), (keys hi, 2e+1).
-  const int v_row = v_row0 + (lane & 7) + 8 * ((lane >> 3) & 1);
-  const int v_hi = lane >> 4;
+  const std::uint32_t v_base = lane_base<D>(sV, v_row0 + (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
 #pragma unroll
   for (int t = 0; t < Tr::kWarpN / 16; ++t) {
 #pragma unroll
-    for (int e = 0; e < Tr::kHeadDim / 16; ++e) {
+    for (int e = 0; e < D / 16; ++e) {
       std::uint32_t bf[4];
-      ldmatrix_x4_trans(bf, sV + 2u * swizzle<Tr::kChunks>(v_row + 16 * t, 2 * e + v_hi));
+      ldmatrix_x4_trans(bf, chunk_addr(v_base, 2 * e) + static_cast<std::uint32_t>(16 * t * D * 2));
       mma_m16n8k16<kBf16>(o[2 * e], p[t], bf[0], bf[1]);
       mma_m16n8k16<kBf16>(o[2 * e + 1], p[t], bf[2], bf[3]);
     }
@@ -165,11 +180,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Tr::kWarpN / 8][4], std:
                                              const BatchArgs& a) {
   constexpr int NT = Tr::kWarpN / 8;
   float mul = a.scale_log2;
-  if (a.softcap > 0.0f) {  // t = softcap(s * scale) * log2 e, then the mask (soft cap first)
+  if (a.softcap > 0.0f) {
+    // t = c tanh(s scale / c) log2 e (math::apply_softcap, with the division by c folded into
+    // one multiplier; differs by rounding only), then the mask (soft cap first).
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = math::apply_softcap(s[n][e] * a.scale, a.softcap) * math::kLog2e;
+      for (int e = 0; e < 4; ++e) s[n][e] = a.softcap_log2 * tanhf(s[n][e] * a.scale_over_cap);
     mul = 1.0f;
   }
   if (masked) {
@@ -220,7 +237,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Tr::kWarpN / 8][4], std:
 
 // One unit: work item `item`, packed vectors [row0, row0 + kRows).
 template <typename T, int kHeadDim, int kKG>
-__device__ __forceinline__ void run_unit(const BatchArgs& a, const Smem<Traits<kHeadDim, kKG>>& sm, long long item,
+__device__ __forceinline__ void run_unit(const BatchArgs& a, const Smem<Traits<kHeadDim, kKG>>& sm, int item,
                                          int row0) {
   using Tr = Traits<kHeadDim, kKG>;
   constexpr int D = kHeadDim, BN = Tr::kBlockN, S = Tr::kStages, C = Tr::kChunks;
@@ -447,19 +464,20 @@ __global__ void __launch_bounds__(Traits<kHeadDim, kKG>::kThreads)
   using Tr = Traits<kHeadDim, kKG>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const Smem<Tr> sm{smem_raw};
-  const long long num_units = static_cast<long long>(a.header->num_items) * a.row_blocks;
-  const long long stride = gridDim.x;
+  // The host keeps max_items * row_blocks below 2^30, so unit indices are 32-bit.
+  const int num_units = a.header->num_items * a.row_blocks;
+  const int stride = static_cast<int>(gridDim.x);
   int* units = sm.units();
-  for (long long base = blockIdx.x; base < num_units; base += stride * Tr::kThreads) {
-    const long long u = base + threadIdx.x * stride;
-    const bool mine = u < num_units && unit_is_mine<kKG>(a, u);
-    units[threadIdx.x] = mine ? static_cast<int>(threadIdx.x) : -1;
+  for (long long base = blockIdx.x; base < num_units; base += static_cast<long long>(stride) * Tr::kThreads) {
+    const long long u = base + static_cast<long long>(threadIdx.x) * stride;
+    const bool mine = u < num_units && unit_is_mine<kKG>(a, static_cast<int>(u));
+    units[threadIdx.x] = mine ? static_cast<int>(u) : -1;
     __syncthreads();
     for (int t = 0; t < Tr::kThreads; ++t) {
-      if (units[t] < 0) continue;  // uniform: every thread reads the same entry
-      const long long uu = base + t * stride;
-      const long long item = uu / a.row_blocks;
-      const int rb = static_cast<int>(uu - item * a.row_blocks);
+      const int uu = units[t];  // uniform: every thread reads the same entry
+      if (uu < 0) continue;
+      const int item = a.row_blocks == 1 ? uu : uu / a.row_blocks;
+      const int rb = uu - item * a.row_blocks;
       run_unit<T, kHeadDim, kKG>(a, sm, item, rb * Tr::kRows);
     }
     __syncthreads();  // before the next round rewrites the list

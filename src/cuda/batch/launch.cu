@@ -175,10 +175,18 @@ void batch_attention_run(const BatchRunParams& p) {
   a.scale = p.mask.scale;
   a.scale_log2 = p.mask.scale * math::kLog2e;
   a.softcap = p.mask.softcap;
+  if (p.mask.softcap > 0.0f) {
+    a.scale_over_cap = p.mask.scale / p.mask.softcap;
+    a.softcap_log2 = p.mask.softcap * math::kLog2e;
+  }
   a.causal = p.mask.causal;
   a.window_left = p.mask.window_left;
   a.window_right = p.mask.window_right;
 
+  if (static_cast<long long>(p.layout.max_items) * a.row_blocks >= (1LL << 30))
+    throw Error(ErrorCode::unsupported, "workspace",
+                "batch attention on CUDA: expected fewer than 2^30 work units (max_items x row blocks), got " +
+                    std::to_string(static_cast<long long>(p.layout.max_items) * a.row_blocks));
   DeviceScope scope(p.device.index);
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)

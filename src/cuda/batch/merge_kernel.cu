@@ -28,8 +28,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const long long total = static_cast<long long>(a.header->num_merge_rows) * per_row;
   for (long long w = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; w < total;
        w += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const int m = static_cast<int>(w / per_row);
-    const int rem = static_cast<int>(w - m * per_row);
+    // 32-bit division unless the index space needs more (no division call on the common path).
+    const int m = w < 0x7fffffffLL ? static_cast<int>(static_cast<unsigned>(w) / static_cast<unsigned>(per_row))
+                                   : static_cast<int>(w / per_row);
+    const int rem = static_cast<int>(w - static_cast<long long>(m) * per_row);
     const int h = rem / C, c = rem % C;
     const int e0 = a.merge_indptr[m], e1 = a.merge_indptr[m + 1];
     math::LseMerger merger;
