@@ -11,6 +11,11 @@
 #include "params/batch_params.h"
 #include "plan/batch_plan.h"
 #include "tessera/batch.h"
+#if defined(TESSERA_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "cuda/batch/batch_attention.h"
+#endif
 
 namespace tessera {
 namespace {
@@ -85,9 +90,11 @@ void check_tokens(const Tensor& t, const char* name, const BatchConfig& c, const
 DeviceFacts query_device(const Device& device) {
   validate::FunctionScope scope("query_device");
   if (device.kind == DeviceKind::cpu) return DeviceFacts{device, cpu::resolve_threads(0)};
-  // Needs a CUDA-side hook (multiprocessor count of the device); batch attention on CUDA is
-  // not built yet.
-  fail(ErrorCode::unsupported, "device", "cpu (batch attention on CUDA is not built yet)", device_name(device));
+#if defined(TESSERA_WITH_CUDA)
+  return DeviceFacts{device, cuda::multiprocessor_count(device.index)};
+#else
+  fail(ErrorCode::unsupported, "device", "cpu (this build of tessera has no CUDA backend)", device_name(device));
+#endif
 }
 
 struct BatchAttention::State {
@@ -100,6 +107,8 @@ struct BatchAttention::State {
   plan::PlanSummary summary;
   std::vector<std::int32_t> q_lens, kv_lens, splits;
   plan::PlanScratch scratch;
+  // Host image of the plan arrays for device workspaces (16-byte aligned), copied on plan().
+  std::vector<plan::PlanHeader> image;
 };
 
 BatchAttention::BatchAttention(const BatchConfig& config) : state_(std::make_unique<State>()) {
@@ -123,7 +132,7 @@ std::size_t BatchAttention::workspace_size(const BatchConfig& config, const Devi
 
 void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const std::int32_t> kv_lens,
                           const DeviceFacts& facts, const Workspace& workspace, const ExecutionContext& ctx) {
-  (void)ctx;  // the CPU plan is written synchronously; CUDA would copy on ctx.stream
+  (void)ctx;  // the CPU plan is written synchronously; CUDA copies it on ctx.stream
   validate::FunctionScope scope("BatchAttention::plan");
   State& s = *state_;
   const BatchConfig& c = s.config;
@@ -153,16 +162,46 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
     fail(ErrorCode::invalid_argument, "workspace.data", "a 16-byte aligned address",
          "an address that is " + str(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(workspace.data) % plan::kAlign)) +
              " mod 16");
+#if !defined(TESSERA_WITH_CUDA)
   if (workspace.device.kind != DeviceKind::cpu)
-    fail(ErrorCode::unsupported, "workspace.device", "cpu (batch attention on CUDA is not built yet)",
+    fail(ErrorCode::unsupported, "workspace.device", "cpu (this build of tessera has no CUDA backend)",
          device_name(workspace.device));
+#endif
   const plan::PlanConfig cfg = plan::make_plan_config(c, facts);
   const plan::WorkspaceLayout layout = plan::workspace_layout(cfg, workspace.bytes);
 
   const std::uint64_t generation = next_generation.fetch_add(1);
   // build_plan checks the split capacity before it writes; the state changes only after.
-  const plan::PlanSummary summary =
-      plan::build_plan(cfg, layout, q_lens, kv_lens, generation, workspace.data, s.scratch, &s.splits);
+  plan::PlanSummary summary;
+  if (workspace.device.kind == DeviceKind::cpu) {
+    summary = plan::build_plan(cfg, layout, q_lens, kv_lens, generation, workspace.data, s.scratch, &s.splits);
+  } else {
+#if defined(TESSERA_WITH_CUDA)
+    // Plan into the host image, then copy the used parts on ctx.stream (pageable memory: the
+    // source is consumed before cudaMemcpyAsync returns, so the image may be reused at once).
+    const std::size_t words = (layout.plan_bytes + sizeof(plan::PlanHeader) - 1) / sizeof(plan::PlanHeader);
+    if (s.image.size() < words) s.image.resize(words);
+    summary = plan::build_plan(cfg, layout, q_lens, kv_lens, generation, s.image.data(), s.scratch, &s.splits);
+    const auto* src = reinterpret_cast<const unsigned char*>(s.image.data());
+    auto* dst = static_cast<unsigned char*>(workspace.data);
+    auto stream = static_cast<cudaStream_t>(ctx.stream);
+    const std::size_t head = layout.items + sizeof(plan::WorkItem) * static_cast<std::size_t>(summary.num_items);
+    const std::size_t merge_end =
+        layout.merge_partial + sizeof(std::int32_t) * static_cast<std::size_t>(summary.num_partial_rows);
+    int previous = 0;
+    cudaError_t err = cudaGetDevice(&previous);
+    if (err == cudaSuccess) err = cudaSetDevice(workspace.device.index);
+    if (err == cudaSuccess) err = cudaMemcpyAsync(dst, src, head, cudaMemcpyHostToDevice, stream);
+    if (err == cudaSuccess)
+      err = cudaMemcpyAsync(dst + layout.merge_indptr, src + layout.merge_indptr, merge_end - layout.merge_indptr,
+                            cudaMemcpyHostToDevice, stream);
+    cudaSetDevice(previous);  // leave the caller's current device as it was
+    if (err != cudaSuccess)
+      throw Error(ErrorCode::backend_failure, "workspace",
+                  std::string("BatchAttention::plan: workspace: copying the plan to ") +
+                      device_name(workspace.device) + " failed: " + cudaGetErrorString(err));
+#endif
+  }
   s.planned = true;
   s.generation = generation;
   s.workspace = workspace;
