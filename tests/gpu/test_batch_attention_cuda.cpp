@@ -1,0 +1,584 @@
+// BatchAttention on CUDA (plan into a cudaMalloc'd workspace, run the serving kernels of
+// src/cuda/batch/) against the fp64 oracle under the tolerance rule of test_support.h, and
+// against the CPU executor of the very same plan (same num_sms, so the same work items and
+// KV splits). Mixed batches of prefill chunks and decode tokens with kv_len 0, 1 and a long
+// request (32k; one 128k case checked on one kv head's query group), GQA 1/4/8 (and 32, 128:
+// the prefill-shaped kernel for decode rows, several vector blocks per item), head_dim
+// 64/128/256, bf16/fp16, NHD/HND, page sizes 1/5/16/128/256, causal, window, soft cap,
+// automatic/fixed/disabled splits. Unowned pages are NaN, outputs are poisoned before every
+// run and their margins checked. A CUDA graph captured around run() is replayed after a new
+// plan() into the same workspace with other lengths.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cpu/reference.h"
+#include "gpu/gpu_support.h"
+#include "plan/batch_plan.h"
+#include "support/test_support.h"
+#include "tessera/batch.h"
+#include "tessera/error.h"
+
+namespace tessera::testing {
+namespace {
+
+struct Spec {
+  DType dtype = DType::bf16;
+  int heads_q = 8, heads_kv = 2, head_dim = 128;
+  int page_size = 16;
+  KVLayout layout = KVLayout::NHD;
+  std::vector<int> q_lens, kv_lens;
+  AttentionOptions options;
+  SplitPolicy split;
+  std::int64_t row_pad = 0;  // q/out rows padded (non-contiguous)
+  int check_kv_head = -1;    // >= 0: compare only this kv head's query group with the oracle
+  bool with_cpu = true;      // also run the CPU executor on the same plan
+  std::string name() const {
+    std::string s = std::string(dtype_name(dtype)) + " hq" + std::to_string(heads_q) + " hkv" +
+                    std::to_string(heads_kv) + " d" + std::to_string(head_dim) + " page" + std::to_string(page_size) +
+                    " " + kv_layout_name(layout) + (options.causal ? " causal" : "") + " window(" +
+                    std::to_string(options.window_left) + "," + std::to_string(options.window_right) + ") softcap " +
+                    std::to_string(options.softcap) + " split " + std::to_string(static_cast<int>(split.mode)) + "/" +
+                    std::to_string(split.kv_chunk_tokens) + " batch " + std::to_string(q_lens.size());
+    return s;
+  }
+};
+
+void PrintTo(const Spec& s, std::ostream* os) { *os << s.name(); }
+
+// cudaMalloc'd bytes, freed on scope exit.
+struct DeviceBytes {
+  explicit DeviceBytes(std::size_t n) : bytes(n) { TESSERA_TEST_CUDA(cudaMalloc(&data, n)); }
+  ~DeviceBytes() { (void)cudaFree(data); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// 16-byte aligned host workspace for the CPU executor.
+struct HostBytes {
+  explicit HostBytes(std::size_t n) : bytes(n), storage(n / 16 + 2) {}
+  void* data() { return storage.data(); }
+  std::size_t bytes;
+  std::vector<plan::PlanHeader> storage;
+};
+
+struct Stream {
+  Stream() { TESSERA_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { (void)cudaStreamDestroy(s); }
+  cudaStream_t s = nullptr;
+};
+
+// q and dense (ragged) K/V of a batch, and the same K/V in a paged cache behind a shuffled
+// page table with a few unowned pages; every unowned slot stays NaN.
+struct Problem {
+  Problem(const Spec& s, std::mt19937_64& rng) : spec(s) {
+    const int batch = static_cast<int>(s.q_lens.size());
+    cu_q.push_back(0);
+    cu_k.push_back(0);
+    for (int b = 0; b < batch; ++b) {
+      cu_q.push_back(cu_q.back() + s.q_lens[static_cast<std::size_t>(b)]);
+      cu_k.push_back(cu_k.back() + s.kv_lens[static_cast<std::size_t>(b)]);
+    }
+    q = HostTensor(s.dtype, {cu_q.back(), s.heads_q, s.head_dim}, s.row_pad);
+    k = HostTensor(s.dtype, {cu_k.back(), s.heads_kv, s.head_dim});
+    v = HostTensor(s.dtype, {cu_k.back(), s.heads_kv, s.head_dim});
+    q.fill_normal(rng);
+    k.fill_normal(rng);
+    v.fill_normal(rng);
+    build_cache(rng);
+  }
+  // The inputs of `other` in a cache of this spec's page size and layout.
+  Problem(const Spec& s, const Problem& other, std::mt19937_64& rng)
+      : spec(s), cu_q(other.cu_q), cu_k(other.cu_k), q(other.q), k(other.k), v(other.v) {
+    build_cache(rng);
+  }
+
+  void build_cache(std::mt19937_64& rng) {
+    const Spec& s = spec;
+    const int batch = static_cast<int>(s.q_lens.size());
+    const int ps = s.page_size;
+    std::vector<int> n_pages(static_cast<std::size_t>(batch));
+    int total_pages = 3;  // a few pages nobody owns
+    for (int b = 0; b < batch; ++b)
+      total_pages += n_pages[static_cast<std::size_t>(b)] = (s.kv_lens[static_cast<std::size_t>(b)] + ps - 1) / ps;
+    std::vector<std::int32_t> perm(static_cast<std::size_t>(total_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    table = HostPageTable{};
+    table.page_size = ps;
+    for (int b = 0; b < batch; ++b) {
+      for (int j = 0; j < n_pages[static_cast<std::size_t>(b)]; ++j)
+        table.kv_indices.push_back(perm[table.kv_indices.size()]);
+      table.kv_indptr.push_back(static_cast<std::int32_t>(table.kv_indices.size()));
+      const int len = s.kv_lens[static_cast<std::size_t>(b)];
+      table.kv_last_page_len.push_back(len == 0 ? 0 : len - (n_pages[static_cast<std::size_t>(b)] - 1) * ps);
+    }
+    const bool nhd = s.layout == KVLayout::NHD;
+    const std::vector<std::int64_t> shape = nhd ? std::vector<std::int64_t>{total_pages, ps, s.heads_kv, s.head_dim}
+                                                : std::vector<std::int64_t>{total_pages, s.heads_kv, ps, s.head_dim};
+    ck = HostTensor(s.dtype, shape, 8);  // padded head rows: reads past head_dim land on NaN
+    cv = HostTensor(s.dtype, shape);
+    const Tensor ckv = ck.view(), cvv = cv.view(), kv = k.view(), vv = v.view();
+    const auto elem = static_cast<std::int64_t>(dtype_size(s.dtype));
+    const auto row_bytes = static_cast<std::size_t>(elem * s.head_dim);
+    auto dst = [&](const Tensor& t, std::int64_t page, std::int64_t slot, std::int64_t h) {
+      return (page * t.stride[0] + (nhd ? slot * t.stride[1] + h * t.stride[2] : h * t.stride[1] + slot * t.stride[2])) *
+             elem;
+    };
+    for (int b = 0; b < batch; ++b)
+      for (int j = 0; j < s.kv_lens[static_cast<std::size_t>(b)]; ++j) {
+        const std::int64_t page =
+            table.kv_indices[static_cast<std::size_t>(table.kv_indptr[static_cast<std::size_t>(b)] + j / ps)];
+        const std::int64_t slot = j % ps;
+        for (int h = 0; h < s.heads_kv; ++h) {
+          const std::int64_t row = cu_k[static_cast<std::size_t>(b)] + j;
+          std::memcpy(static_cast<unsigned char*>(ckv.data) + dst(ckv, page, slot, h),
+                      static_cast<const unsigned char*>(kv.data) + (row * kv.stride[0] + h * kv.stride[1]) * elem,
+                      row_bytes);
+          std::memcpy(static_cast<unsigned char*>(cvv.data) + dst(cvv, page, slot, h),
+                      static_cast<const unsigned char*>(vv.data) + (row * vv.stride[0] + h * vv.stride[1]) * elem,
+                      row_bytes);
+        }
+      }
+  }
+
+  BatchConfig config(int max_requests = 0, int max_q_tokens = 0) const {
+    BatchConfig c;
+    c.heads_q = spec.heads_q;
+    c.heads_kv = spec.heads_kv;
+    c.head_dim = spec.head_dim;
+    c.dtype = spec.dtype;
+    c.layout = spec.layout;
+    c.page_size = spec.page_size;
+    c.options = spec.options;
+    c.options.return_lse = true;
+    c.split = spec.split;
+    c.max_requests = std::max<int>(max_requests, std::max<int>(static_cast<int>(spec.q_lens.size()), 1));
+    c.max_q_tokens = std::max<int>(max_q_tokens, std::max<int>(cu_q.back(), 1));
+    return c;
+  }
+
+  Spec spec;
+  std::vector<std::int32_t> cu_q, cu_k;
+  HostTensor q, k, v, ck, cv;
+  HostPageTable table;
+};
+
+struct Outputs {
+  HostTensor out, lse;
+  std::vector<double> out_packed, lse_packed;  // all heads, or the checked group only
+};
+
+// Packs out/lse like the oracle: all heads, or the query group of kv head `kvh`.
+void pack(const Spec& s, const std::vector<std::int32_t>& cu_q, Outputs& o) {
+  const int batch = static_cast<int>(s.q_lens.size());
+  const std::vector<std::int64_t> starts(cu_q.begin(), cu_q.end() - 1);
+  const Tensor ov = o.out.view(), lv = o.lse.view();
+  const int group = s.heads_q / s.heads_kv;
+  const int h0 = s.check_kv_head >= 0 ? s.check_kv_head * group : 0;
+  const int heads = s.check_kv_head >= 0 ? group : s.heads_q;
+  auto* out0 = static_cast<unsigned char*>(ov.data) + h0 * ov.stride[1] * static_cast<std::int64_t>(dtype_size(s.dtype));
+  o.out_packed = gather_rows(o.out, StridedPtr{out0, 0, ov.stride[0], ov.stride[1]}, s.dtype, batch, starts, s.q_lens,
+                             heads, s.head_dim, true);
+  o.lse_packed = gather_lse(o.lse, LsePtr{lv.ptr<float>() + h0 * lv.stride[0], 0, lv.stride[0]}, batch, starts,
+                            s.q_lens, heads, true);
+}
+
+void expect_written(const Outputs& o, const std::string& what) {
+  EXPECT_EQ(o.out.count_nan(), 0) << what << ": out not fully written";
+  EXPECT_EQ(o.lse.count_nan(), 0) << what << ": lse not fully written";
+  EXPECT_TRUE(o.out.margins_intact()) << what << ": out written outside its view";
+  EXPECT_TRUE(o.lse.margins_intact()) << what << ": lse written outside its view";
+}
+
+DeviceFacts cuda_facts() { return query_device(Device::cuda(0)); }
+
+// Plan and run on CUDA (workspace, q, cache, table, out, lse all in device memory).
+Outputs run_cuda(const Problem& pr, const ExecutionContext& ctx) {
+  const Spec& s = pr.spec;
+  const BatchConfig c = pr.config();
+  const DeviceFacts facts = cuda_facts();
+  DeviceBytes ws(BatchAttention::workspace_size(c, facts));
+  const Workspace w{ws.data, ws.bytes, Device::cuda(0)};
+  BatchAttention ba(c);
+  const std::vector<std::int32_t> ql(s.q_lens.begin(), s.q_lens.end()), kl(s.kv_lens.begin(), s.kv_lens.end());
+  ba.plan(ql, kl, facts, w, ctx);
+
+  Outputs o;
+  o.out = HostTensor(s.dtype, {pr.cu_q.back(), s.heads_q, s.head_dim}, s.row_pad);
+  o.lse = HostTensor(DType::f32, {s.heads_q, pr.cu_q.back()});
+  DeviceTensor dq(pr.q), dck(pr.ck), dcv(pr.cv), dout(o.out), dlse(o.lse);
+  HostTensor indptr = int_tensor(pr.table.kv_indptr), indices = int_tensor(pr.table.kv_indices),
+             last = int_tensor(pr.table.kv_last_page_len);
+  DeviceTensor dindptr(indptr), dindices(indices), dlast(last);
+  dout.poison(o.out);
+  dlse.poison(o.lse);
+  const PagedKVCache cache{dck.view(), dcv.view(), s.layout};
+  const PageTable table{dindptr.view(), dindices.view(), dlast.view()};
+  ba.run(dq.view(), cache, table, dout.view(), dlse.view(), w, ctx);
+  TESSERA_TEST_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx.stream)));
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  dout.download(o.out);
+  dlse.download(o.lse);
+  pack(s, pr.cu_q, o);
+  return o;
+}
+
+// The CPU executor on the plan the CUDA device gets (facts with the device's SM count).
+Outputs run_cpu(const Problem& pr) {
+  const Spec& s = pr.spec;
+  const BatchConfig c = pr.config();
+  const DeviceFacts facts{Device::cpu(), cuda_facts().num_sms};
+  HostBytes ws(BatchAttention::workspace_size(c, facts));
+  const Workspace w{ws.data(), ws.bytes, Device::cpu()};
+  BatchAttention ba(c);
+  const std::vector<std::int32_t> ql(s.q_lens.begin(), s.q_lens.end()), kl(s.kv_lens.begin(), s.kv_lens.end());
+  ba.plan(ql, kl, facts, w);
+  Outputs o;
+  o.out = HostTensor(s.dtype, {pr.cu_q.back(), s.heads_q, s.head_dim}, s.row_pad);
+  o.lse = HostTensor(DType::f32, {s.heads_q, pr.cu_q.back()});
+  HostPageTable table = pr.table;
+  ba.run(pr.q.view(), PagedKVCache{pr.ck.view(), pr.cv.view(), s.layout}, table.view(), o.out.view(), o.lse.view(), w);
+  pack(s, pr.cu_q, o);
+  return o;
+}
+
+struct Oracle {
+  cpu::reference::ForwardResult ref;
+  double tol_o = 0, tol_l = 0;
+};
+
+// The fp64 oracle (and the same-precision naive baseline for the tolerance) on the dense
+// ragged K/V: all heads, or only kv head check_kv_head with its query group.
+Oracle oracle(const Problem& pr) {
+  const Spec& s = pr.spec;
+  AttentionParams p;
+  p.dtype = s.dtype;
+  p.device = Device::cpu();
+  p.batch = static_cast<int>(s.q_lens.size());
+  const int group = s.heads_q / s.heads_kv;
+  const bool subset = s.check_kv_head >= 0;
+  p.heads_q = subset ? group : s.heads_q;
+  p.heads_kv = subset ? 1 : s.heads_kv;
+  p.head_dim = s.head_dim;
+  p.seq_q = *std::max_element(s.q_lens.begin(), s.q_lens.end());
+  p.seq_k = *std::max_element(s.kv_lens.begin(), s.kv_lens.end());
+  p.cu_seqlens_q = pr.cu_q.data();
+  p.cu_seqlens_k = pr.cu_k.data();
+  p.total_q = pr.cu_q.back();
+  p.total_k = pr.cu_k.back();
+  const Tensor q = pr.q.view(), k = pr.k.view(), v = pr.v.view();
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(s.dtype));
+  const int qh0 = subset ? s.check_kv_head * group : 0, kh0 = subset ? s.check_kv_head : 0;
+  p.q = {static_cast<unsigned char*>(q.data) + qh0 * q.stride[1] * elem, 0, q.stride[0], q.stride[1]};
+  p.k = {static_cast<unsigned char*>(k.data) + kh0 * k.stride[1] * elem, 0, k.stride[0], k.stride[1]};
+  p.v = {static_cast<unsigned char*>(v.data) + kh0 * v.stride[1] * elem, 0, v.stride[0], v.stride[1]};
+  p.mask.scale = s.options.scale ? *s.options.scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  p.mask.softcap = s.options.softcap;
+  p.mask.causal = s.options.causal;
+  p.mask.window_left = s.options.window_left;
+  p.mask.window_right = s.options.window_right;
+  Oracle o;
+  o.ref = cpu::reference::forward(p);
+  std::vector<double> naive_lse;
+  const auto naive = naive_same_precision_forward(p, &naive_lse);
+  o.tol_o = tolerance(naive, o.ref.o, s.dtype);
+  o.tol_l = tolerance(naive_lse, o.ref.lse, DType::f32);
+  return o;
+}
+
+void expect_close(const Outputs& got, const Oracle& o, const std::string& what) {
+  EXPECT_LE(max_abs_error(got.out_packed, o.ref.o), o.tol_o) << what;
+  EXPECT_LE(max_abs_error(got.lse_packed, o.ref.lse), o.tol_l) << what;  // -inf exactly where the oracle has it
+}
+
+// Runs a problem on CUDA and checks it against the oracle and the CPU executor.
+void check(const Spec& s) {
+  auto rng = fresh_rng();
+  const Problem pr(s, rng);
+  Stream stream;
+  const Outputs gpu = run_cuda(pr, ExecutionContext{stream.s, 0});
+  expect_written(gpu, s.name());
+  const Oracle o = oracle(pr);
+  expect_close(gpu, o, "cuda vs oracle: " + s.name());
+  if (s.with_cpu) {
+    const Outputs cpu = run_cpu(pr);
+    expect_close(cpu, o, "cpu vs oracle: " + s.name());
+    // Same plan, same arithmetic up to the rounding of P to 16 bits for the tensor cores.
+    EXPECT_LE(max_abs_error(gpu.out_packed, cpu.out_packed), o.tol_o) << "cuda vs cpu: " << s.name();
+    EXPECT_LE(max_abs_error(gpu.lse_packed, cpu.lse_packed), o.tol_l) << "cuda vs cpu: " << s.name();
+  }
+}
+
+AttentionOptions opts(bool causal, int left = -1, int right = -1, float softcap = 0.0f) {
+  AttentionOptions o;
+  o.causal = causal;
+  o.window_left = left;
+  o.window_right = right;
+  o.softcap = softcap;
+  return o;
+}
+
+const SplitPolicy kAuto{};
+const SplitPolicy kOff{SplitPolicy::Mode::disabled, 0};
+SplitPolicy fixed(int n) { return {SplitPolicy::Mode::fixed, n}; }
+
+// Mixed batch: prefill chunks over several Q tiles, decode tokens, kv_len 0 and 1, q_len 0,
+// q_len > kv_len (top rows fully masked under causal), a long decode request.
+const std::vector<int> kMixedQ{7, 1, 1, 0, 33, 1, 5, 2, 70, 1};
+const std::vector<int> kMixedKv{40, 0, 1, 12, 100, 300, 5, 1, 90, 32768};
+
+Spec spec(DType dt, int hq, int hkv, int d, int ps, KVLayout layout, AttentionOptions o, SplitPolicy split = {},
+          std::int64_t pad = 0) {
+  Spec s;
+  s.dtype = dt;
+  s.heads_q = hq;
+  s.heads_kv = hkv;
+  s.head_dim = d;
+  s.page_size = ps;
+  s.layout = layout;
+  s.q_lens = kMixedQ;
+  s.kv_lens = kMixedKv;
+  s.options = o;
+  s.split = split;
+  s.row_pad = pad;
+  return s;
+}
+
+class BatchCuda : public ::testing::TestWithParam<Spec> {};
+
+TEST_P(BatchCuda, MixedBatchMatchesOracleAndCpu) { check(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, BatchCuda,
+    ::testing::Values(
+        spec(DType::bf16, 8, 8, 128, 16, KVLayout::NHD, opts(true)),                             // GQA 1
+        spec(DType::bf16, 8, 2, 128, 5, KVLayout::HND, opts(true)),                              // GQA 4
+        spec(DType::f16, 16, 2, 128, 1, KVLayout::NHD, opts(false, 20, 3)),                      // GQA 8, window
+        spec(DType::bf16, 8, 1, 64, 128, KVLayout::NHD, opts(true, -1, -1, 30.0f), fixed(64)),   // softcap, fixed
+        spec(DType::f16, 8, 2, 64, 256, KVLayout::HND, opts(false, -1, 0, 5.0f), fixed(7)),      // tiny chunks
+        spec(DType::f16, 16, 2, 256, 16, KVLayout::HND, opts(true, 30, -1), kAuto, 8),           // d256, padded q/out
+        spec(DType::bf16, 8, 1, 256, 5, KVLayout::NHD, opts(true), kOff),                        // d256 MQA, no split
+        spec(DType::bf16, 4, 4, 64, 16, KVLayout::NHD, opts(true, 0, 0)),                        // diagonal only
+        spec(DType::bf16, 32, 1, 128, 16, KVLayout::HND, opts(true)),                            // group 32
+        spec(DType::f16, 128, 1, 64, 16, KVLayout::NHD, opts(true), fixed(100)),                 // group 128: 2 blocks
+        spec(DType::bf16, 8, 2, 128, 256, KVLayout::NHD, opts(false), fixed(1000))),             // long chunks
+    [](const ::testing::TestParamInfo<Spec>& info) { return "case" + std::to_string(info.index); });
+
+// Decode-only and prefill-only batches, and a prefill chunk against a long cache.
+TEST(BatchCuda, DecodeOnlyAndPrefillOnly) {
+  for (int group : {1, 4, 8}) {
+    Spec s = spec(DType::bf16, 8, 8 / group, 128, 16, KVLayout::NHD, opts(true));
+    s.q_lens = {1, 1, 1, 1, 1, 1};
+    s.kv_lens = {1, 17, 64, 65, 1000, 4097};
+    check(s);
+    s.q_lens = {128, 3, 64, 200};
+    s.kv_lens = {128, 2000, 64, 5000};
+    check(s);
+  }
+  Spec s = spec(DType::f16, 8, 2, 128, 16, KVLayout::HND, opts(true));
+  s.q_lens = {3, 1};
+  s.kv_lens = {32768, 0};
+  check(s);
+}
+
+// 128k tokens of cache for one decode request (split across the device), checked on the
+// query group of one kv head (the oracle over every head would take minutes).
+TEST(BatchCuda, LongDecode128k) {
+  Spec s = spec(DType::bf16, 16, 2, 128, 16, KVLayout::NHD, opts(true));
+  s.q_lens = {1, 1, 4};
+  s.kv_lens = {131072, 1, 131072};
+  s.check_kv_head = 1;
+  check(s);
+}
+
+TEST(BatchCuda, EmptyKvGivesZeroAndMinusInfinity) {
+  auto rng = fresh_rng();
+  Spec s = spec(DType::f16, 8, 2, 64, 16, KVLayout::NHD, opts(false), fixed(8));
+  s.q_lens = {3, 1, 70};
+  s.kv_lens = {0, 0, 0};
+  const Problem pr(s, rng);
+  Stream stream;
+  const Outputs got = run_cuda(pr, ExecutionContext{stream.s, 0});
+  expect_written(got, s.name());
+  for (double x : got.out_packed) EXPECT_EQ(x, 0.0);
+  for (double x : got.lse_packed) EXPECT_EQ(x, -INFINITY);
+}
+
+// Without a split the plan does not depend on the page size, and the kernels' arithmetic
+// does not depend on where a token lives: every page size and layout gives the same bits,
+// and so does a second run.
+TEST(BatchCuda, PagedReadsAreIndependentOfPageSizeAndLayout) {
+  auto rng = fresh_rng();
+  for (int group : {1, 4}) {
+    Spec base = spec(DType::bf16, 8, 8 / group, 128, 1, KVLayout::NHD, opts(true), kOff);
+    base.kv_lens.back() = 3000;
+    const Problem first(base, rng);
+    Stream stream;
+    const Outputs ref = run_cuda(first, ExecutionContext{stream.s, 0});
+    expect_written(ref, base.name());
+    expect_close(ref, oracle(first), base.name());
+    const Outputs again = run_cuda(first, ExecutionContext{stream.s, 0});
+    EXPECT_EQ(again.out.bytes(), ref.out.bytes()) << "run to run: " << base.name();
+    EXPECT_EQ(again.lse.bytes(), ref.lse.bytes()) << "run to run: " << base.name();
+    for (int ps : {1, 5, 16, 128, 256})
+      for (KVLayout layout : {KVLayout::NHD, KVLayout::HND}) {
+        Spec s = base;
+        s.page_size = ps;
+        s.layout = layout;
+        const Problem pr(s, first, rng);
+        const Outputs got = run_cuda(pr, ExecutionContext{stream.s, 0});
+        EXPECT_EQ(got.out.bytes(), ref.out.bytes()) << s.name();  // same bits, not merely close
+        EXPECT_EQ(got.lse.bytes(), ref.lse.bytes()) << s.name();
+      }
+  }
+}
+
+// A CUDA graph captured around run() stays valid after a new plan() into the same workspace:
+// the grids depend only on the workspace's capacities, the kernels read the plan's counts
+// from device memory. Tensors are capacity-sized buffers seen through views of each batch's
+// size; the second batch has other lengths, more requests, more work items and splits.
+TEST(BatchCuda, GraphReplayAfterReplan) {
+  auto rng = fresh_rng();
+  constexpr int kMaxRequests = 12, kMaxQ = 160;
+  Spec a = spec(DType::bf16, 8, 2, 128, 16, KVLayout::NHD, opts(true), kAuto);
+  a.q_lens = {1, 20, 1};
+  a.kv_lens = {50, 20, 0};
+  Spec b = a;
+  b.q_lens = {1, 1, 70, 1, 5, 1, 0, 33, 1, 1};
+  b.kv_lens = {9000, 1, 300, 0, 4000, 65, 7, 33, 20000, 129};
+  const Problem pa(a, rng), pb(b, rng);
+
+  // Capacity buffers: q/out (kMaxQ, hq, d), lse (hq, kMaxQ), page table arrays, one cache.
+  const int hq = a.heads_q, d = a.head_dim;
+  HostTensor q_cap(a.dtype, {kMaxQ, hq, d}), out_cap(a.dtype, {kMaxQ, hq, d}), lse_cap(DType::f32, {hq, kMaxQ});
+  // One cache holding both problems' pages: b's pages follow a's.
+  const std::int64_t pages_a = pa.ck.shape()[0], pages_b = pb.ck.shape()[0];
+  const std::int64_t ps = a.page_size;
+  HostTensor ck(a.dtype, {pages_a + pages_b, ps, a.heads_kv, d}), cv(a.dtype, {pages_a + pages_b, ps, a.heads_kv, d});
+  auto copy_pages = [&](const HostTensor& from, HostTensor& to, std::int64_t first_page) {
+    const std::int64_t n = from.numel();
+    const std::int64_t per_page = ps * a.heads_kv * d;
+    for (std::int64_t i = 0; i < n; ++i) to.set(first_page * per_page + i, from.get(i));
+  };
+  copy_pages(pa.ck, ck, 0);
+  copy_pages(pa.cv, cv, 0);
+  copy_pages(pb.ck, ck, pages_a);
+  copy_pages(pb.cv, cv, pages_a);
+  std::vector<std::int32_t> cap_i32(static_cast<std::size_t>(pages_a + pages_b + kMaxRequests + 1), 0);
+  HostTensor indptr_cap = int_tensor(std::vector<std::int32_t>(kMaxRequests + 1, 0));
+  HostTensor indices_cap = int_tensor(cap_i32);
+  HostTensor last_cap = int_tensor(std::vector<std::int32_t>(kMaxRequests, 0));
+  DeviceTensor dq(q_cap), dout(out_cap), dlse(lse_cap), dck(ck), dcv(cv), dindptr(indptr_cap), dindices(indices_cap),
+      dlast(last_cap);
+
+  // Loads problem p (its pages shifted by page_offset) into the capacity buffers.
+  auto load = [&](const Problem& p, std::int64_t page_offset) {
+    for (std::int64_t i = 0; i < p.q.numel(); ++i) q_cap.set(i, p.q.get(i));  // same packing (no row padding)
+    for (std::size_t i = 0; i < p.table.kv_indptr.size(); ++i) indptr_cap.set_int(static_cast<std::int64_t>(i), p.table.kv_indptr[i]);
+    for (std::size_t i = 0; i < p.table.kv_indices.size(); ++i)
+      indices_cap.set_int(static_cast<std::int64_t>(i), static_cast<std::int32_t>(p.table.kv_indices[i] + page_offset));
+    for (std::size_t i = 0; i < p.table.kv_last_page_len.size(); ++i)
+      last_cap.set_int(static_cast<std::int64_t>(i), p.table.kv_last_page_len[i]);
+    dq.upload(q_cap);
+    dindptr.upload(indptr_cap);
+    dindices.upload(indices_cap);
+    dlast.upload(last_cap);
+    dout.poison(out_cap);
+    dlse.poison(lse_cap);
+  };
+  // Views of a batch's size over the capacity buffers.
+  auto views = [&](const Problem& p) {
+    const std::int64_t total_q = p.cu_q.back();
+    const int batch = static_cast<int>(p.spec.q_lens.size());
+    Tensor q = dq.view(), out = dout.view(), lse = dlse.view();
+    q.shape[0] = total_q;
+    out.shape[0] = total_q;
+    lse.shape[1] = total_q;  // head stride stays kMaxQ
+    Tensor indptr = dindptr.view(), indices = dindices.view(), last = dlast.view();
+    indptr.shape[0] = batch + 1;
+    indices.shape[0] = static_cast<std::int64_t>(p.table.kv_indices.size());
+    last.shape[0] = batch;
+    return std::make_tuple(q, out, lse, PageTable{indptr, indices, last});
+  };
+  // Reads the capacity outputs back and packs the batch's rows like the oracle.
+  auto result = [&](const Problem& p) {
+    dout.download(out_cap);
+    dlse.download(lse_cap);
+    Outputs o;
+    o.out = HostTensor(a.dtype, {p.cu_q.back(), hq, d});
+    o.lse = HostTensor(DType::f32, {hq, p.cu_q.back()});
+    for (std::int64_t i = 0; i < o.out.numel(); ++i) o.out.set(i, out_cap.get(i));
+    for (int h = 0; h < hq; ++h)
+      for (std::int64_t t = 0; t < p.cu_q.back(); ++t) o.lse.set(h * p.cu_q.back() + t, lse_cap.get(h * kMaxQ + t));
+    pack(p.spec, p.cu_q, o);
+    EXPECT_EQ(o.out.count_nan(), 0) << "out not fully written";
+    EXPECT_EQ(o.lse.count_nan(), 0) << "lse not fully written";
+    return o;
+  };
+
+  BatchConfig c = pa.config(kMaxRequests, kMaxQ);
+  const DeviceFacts facts = cuda_facts();
+  DeviceBytes ws(BatchAttention::workspace_size(c, facts));
+  const Workspace w{ws.data, ws.bytes, Device::cuda(0)};
+  BatchAttention ba(c);
+  Stream stream;
+  const ExecutionContext ctx{stream.s, 0};
+  const PagedKVCache cache{dck.view(), dcv.view(), KVLayout::NHD};
+  auto plan = [&](const Problem& p) {
+    const std::vector<std::int32_t> ql(p.spec.q_lens.begin(), p.spec.q_lens.end()),
+        kl(p.spec.kv_lens.begin(), p.spec.kv_lens.end());
+    ba.plan(ql, kl, facts, w, ctx);
+  };
+
+  // Batch a: plain run, then capture the same run into a graph.
+  plan(pa);
+  load(pa, 0);
+  auto [qa, outa, lsea, ta] = views(pa);
+  ba.run(qa, cache, ta, outa, lsea, w, ctx);
+  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  const Oracle oa = oracle(pa);
+  expect_close(result(pa), oa, "eager a");
+
+  load(pa, 0);  // poisons the outputs again
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+  ba.run(qa, cache, ta, outa, lsea, w, ctx);
+  TESSERA_TEST_CUDA(cudaStreamEndCapture(stream.s, &graph));
+  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  expect_close(result(pa), oa, "graph a");
+
+  // Batch b planned into the same workspace; the graph (captured with a's views) replays b.
+  plan(pb);
+  load(pb, pages_a);
+  TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  expect_close(result(pb), oracle(pb), "graph b after replan");
+  EXPECT_GT(ba.planned_work_items(), 0);
+
+  // And back to a: a replay gives a's result again.
+  plan(pa);
+  load(pa, 0);
+  TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  expect_close(result(pa), oa, "graph a after b");
+  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
+  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
+}
+
+}  // namespace
+}  // namespace tessera::testing
