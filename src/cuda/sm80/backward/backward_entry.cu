@@ -301,7 +301,7 @@ void attention_backward(const BackwardParams& p) {
   const std::size_t off_lock = off_dsum + align_up(n_row * 4);
   const std::size_t off_dk = off_lock + align_up(n_lock * 4);
   const std::size_t off_dv = off_dk + align_up(n_part * 4);
-  const std::size_t bytes = off_dv + align_up(n_part * 4);
+  const std::size_t bytes = std::max<std::size_t>(off_dv + align_up(n_part * 4), 256);
 
   void* ws = nullptr;
   const cudaError_t alloc = cudaMallocAsync(&ws, bytes, stream);
