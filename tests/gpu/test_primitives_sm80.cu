@@ -75,7 +75,7 @@ TEST(PrimitivesSm80, MmaBf16) { check_mma<__nv_bfloat16>(); }
 // 16 bytes apart in a scrambled order (row slot = (5 * row_index + 3) % 32) so that each
 // lane's address really selects the row.
 
-constexpr int row_slot(int i) { return (5 * i + 3) % 32; }
+__host__ __device__ constexpr int row_slot(int i) { return (5 * i + 3) % 32; }
 
 template <int kCount, bool kTrans>
 __global__ void ldmatrix_kernel(std::uint32_t* out) {
