@@ -212,8 +212,10 @@ class _JaxAdapter:
             return st.cupy.empty(0)
 
     def to_c(self, x):
-        x.block_until_ready()
-        return x
+        if hasattr(x, "block_until_ready"):
+            x.block_until_ready()  # jax dispatches asynchronously
+            return x
+        return adapter_for(x).to_c(x)  # a staging output (numpy, cupy or torch)
 
     def empty(self, like, shape, dtype):
         st = self._staging(like)
