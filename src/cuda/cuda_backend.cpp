@@ -79,22 +79,6 @@ bool supports_forward(const AttentionParams& p, std::string* why) {
 
 void attention_forward(const AttentionParams& p) { sm80::run_forward(p); }
 
-void merge_states(const MergeParams&) {
-  throw Error(ErrorCode::unsupported, "o_states",
-              "merge_states: not yet implemented on CUDA (the CUDA serving kernels are a later issue); "
-              "run it on CPU tensors");
-}
-
-void append_paged_kv(const AppendParams&) {
-  throw Error(ErrorCode::unsupported, "cache",
-              "append_paged_kv: not yet implemented on CUDA (the CUDA serving kernels are a later issue); "
-              "run it on CPU tensors");
-}
-
-void copy_pages(const CopyPagesParams&) {
-  throw Error(ErrorCode::unsupported, "cache",
-              "copy_pages: not yet implemented on CUDA (the CUDA serving kernels are a later issue); "
-              "run it on CPU tensors");
-}
+// merge_states, append_paged_kv and copy_pages live in src/cuda/serving/.
 
 }  // namespace tessera::cuda
