@@ -204,12 +204,32 @@ void expect_written(const Outputs& o, const std::string& what) {
 
 DeviceFacts cuda_facts() { return query_device(Device::cuda(0)); }
 
+// Workspace bytes for a problem: the default size, or what plan() asks for when small fixed
+// chunks need more partial rows (the same bytes for CUDA and CPU give the same plan).
+std::size_t workspace_bytes(const Problem& pr) {
+  const BatchConfig c = pr.config();
+  const DeviceFacts facts{Device::cpu(), cuda_facts().num_sms};
+  const std::size_t bytes = BatchAttention::workspace_size(c, facts);
+  HostBytes ws(bytes);
+  BatchAttention ba(c);
+  const std::vector<std::int32_t> ql(pr.spec.q_lens.begin(), pr.spec.q_lens.end()),
+      kl(pr.spec.kv_lens.begin(), pr.spec.kv_lens.end());
+  try {
+    ba.plan(ql, kl, facts, Workspace{ws.data(), ws.bytes, Device::cpu()});
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::workspace_too_small) throw;
+    const std::string msg = e.what();
+    return std::stoull(msg.substr(msg.find("at least ") + 9));
+  }
+  return bytes;
+}
+
 // Plan and run on CUDA (workspace, q, cache, table, out, lse all in device memory).
 Outputs run_cuda(const Problem& pr, const ExecutionContext& ctx) {
   const Spec& s = pr.spec;
   const BatchConfig c = pr.config();
   const DeviceFacts facts = cuda_facts();
-  DeviceBytes ws(BatchAttention::workspace_size(c, facts));
+  DeviceBytes ws(workspace_bytes(pr));
   const Workspace w{ws.data, ws.bytes, Device::cuda(0)};
   BatchAttention ba(c);
   const std::vector<std::int32_t> ql(s.q_lens.begin(), s.q_lens.end()), kl(s.kv_lens.begin(), s.kv_lens.end());
@@ -240,7 +260,7 @@ Outputs run_cpu(const Problem& pr) {
   const Spec& s = pr.spec;
   const BatchConfig c = pr.config();
   const DeviceFacts facts{Device::cpu(), cuda_facts().num_sms};
-  HostBytes ws(BatchAttention::workspace_size(c, facts));
+  HostBytes ws(workspace_bytes(pr));
   const Workspace w{ws.data(), ws.bytes, Device::cpu()};
   BatchAttention ba(c);
   const std::vector<std::int32_t> ql(s.q_lens.begin(), s.q_lens.end()), kl(s.kv_lens.begin(), s.kv_lens.end());
