@@ -13,10 +13,12 @@
 namespace tessera::dispatch {
 namespace {
 
+#if !defined(TESSERA_WITH_CUDA)
 [[noreturn]] void no_cuda(const char* op) {
   throw Error(ErrorCode::unsupported, "device",
               std::string(op) + ": device: expected cpu (this build of tessera has no CUDA backend), got cuda");
 }
+#endif
 
 #if defined(TESSERA_WITH_CUDA)
 template <typename P, typename Check>

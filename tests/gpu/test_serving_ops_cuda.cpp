@@ -1,0 +1,159 @@
+// CUDA merge_states, append_paged_kv and copy_pages against an exact host model (page ops
+// move bytes, so results must be bit-identical) and a double-precision merge.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gpu/gpu_support.h"
+#include "support/test_support.h"
+#include "tessera/tessera.h"
+
+namespace tessera::testing {
+namespace {
+
+// Exact merge in double: lse = log sum exp(lse_i), o = sum exp(lse_i - lse) o_i.
+void merge_reference(const HostTensor& o, const HostTensor& lse, int n, int tokens, int heads, int d,
+                     std::vector<double>* out, std::vector<double>* out_lse) {
+  out->assign(static_cast<std::size_t>(tokens) * heads * d, 0.0);
+  out_lse->assign(static_cast<std::size_t>(tokens) * heads, -INFINITY);
+  for (int t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      double m = -INFINITY;
+      for (int s = 0; s < n; ++s) m = std::max(m, static_cast<double>(lse.get((s * tokens + t) * heads + h)));
+      if (m == -INFINITY) continue;
+      double sum = 0;
+      for (int s = 0; s < n; ++s) sum += std::exp(lse.get((s * tokens + t) * heads + h) - m);
+      (*out_lse)[t * heads + h] = m + std::log(sum);
+      for (int s = 0; s < n; ++s) {
+        const double l = lse.get((s * tokens + t) * heads + h);
+        if (l == -INFINITY) continue;
+        const double w = std::exp(l - m) / sum;
+        for (int j = 0; j < d; ++j)
+          (*out)[(t * heads + h) * d + j] += w * o.get(((static_cast<std::int64_t>(s) * tokens + t) * heads + h) * d + j);
+      }
+    }
+}
+
+TEST(ServingOpsCuda, MergeStatesMatchesExactMerge) {
+  auto rng = fresh_rng();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const int n = 4, tokens = 37, heads = 5, d = 128;
+    HostTensor o(dt, {n, tokens, heads, d});
+    HostTensor lse(DType::f32, {n, tokens, heads});
+    o.fill_normal(rng);
+    lse.fill_uniform(rng, -20.0f, 20.0f);
+    // Empty states: row 0 entirely empty, and scattered empty states elsewhere.
+    for (int s = 0; s < n; ++s)
+      for (int h = 0; h < heads; ++h) lse.set((s * tokens + 0) * heads + h, -INFINITY);
+    for (int t = 1; t < tokens; t += 3) lse.set((1 * tokens + t) * heads + (t % heads), -INFINITY);
+    HostTensor out(dt, {tokens, heads, d}, 8), out_lse(DType::f32, {tokens, heads});
+    DeviceTensor d_o(o), d_lse(lse), d_out(out), d_out_lse(out_lse);
+    d_out.poison(out);
+    d_out_lse.poison(out_lse);
+    merge_states(d_o.view(), d_lse.view(), d_out.view(), d_out_lse.view());
+    d_out.download(out);
+    d_out_lse.download(out_lse);
+    std::vector<double> ref, ref_lse;
+    merge_reference(o, lse, n, tokens, heads, d, &ref, &ref_lse);
+    EXPECT_EQ(out.count_nan(), 0);
+    EXPECT_TRUE(out.margins_intact());
+    double err = 0, lse_err = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) err = std::max(err, std::fabs(out.get(i) - ref[i]));
+    for (std::size_t i = 0; i < ref_lse.size(); ++i) {
+      if (ref_lse[i] == -INFINITY) {
+        EXPECT_EQ(out_lse.get(i), -INFINITY) << i;
+        continue;
+      }
+      lse_err = std::max(lse_err, std::fabs(out_lse.get(i) - ref_lse[i]));
+    }
+    // One rounding of the output to its dtype plus fp32 accumulation over a few states.
+    EXPECT_LE(err, rounding_floor(dt, max_abs(ref)) + 1e-5) << dtype_name(dt);
+    EXPECT_LE(lse_err, 1e-5);
+    for (int h = 0; h < heads; ++h)
+      for (int j = 0; j < d; ++j) EXPECT_EQ(out.get(h * d + j), 0.0f);  // all-empty row -> 0
+  }
+}
+
+struct PagedFixture {
+  int page_size, heads = 4, d = 64, num_pages;
+  KVLayout layout;
+  HostTensor k, v;  // the cache
+  HostPageTable table;
+  std::vector<std::int32_t> append_indptr{0};
+  HostTensor new_k, new_v;
+
+  PagedFixture(int page_size_, KVLayout layout_, DType dt, std::mt19937_64& rng)
+      : page_size(page_size_), layout(layout_) {
+    // Three sequences with existing tokens, one new; each then appends a few tokens.
+    const std::vector<int> before{0, 7, 300, 1}, added{5, 1, 33, 0};
+    num_pages = 0;
+    for (std::size_t i = 0; i < before.size(); ++i) num_pages += (before[i] + added[i] + page_size - 1) / page_size;
+    num_pages += 3;  // spare pages stay poisoned
+    PagePool pool(num_pages, page_size);
+    std::vector<int> seqs;
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      seqs.push_back(pool.create_sequence());
+      pool.append_tokens(seqs.back(), before[i]);
+    }
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      pool.append_tokens(seqs[i], added[i]);
+      append_indptr.push_back(append_indptr.back() + added[i]);
+    }
+    table = pool.page_table(seqs);
+    const std::vector<std::int64_t> shape = layout == KVLayout::NHD
+                                                ? std::vector<std::int64_t>{num_pages, page_size, heads, d}
+                                                : std::vector<std::int64_t>{num_pages, heads, page_size, d};
+    k = HostTensor(dt, shape);
+    v = HostTensor(dt, shape);
+    k.poison();
+    v.poison();
+    new_k = HostTensor(dt, {append_indptr.back(), heads, d});
+    new_v = HostTensor(dt, {append_indptr.back(), heads, d});
+    new_k.fill_normal(rng);
+    new_v.fill_normal(rng);
+  }
+};
+
+TEST(ServingOpsCuda, AppendAndCopyPagesBitIdenticalToCpu) {
+  auto rng = fresh_rng();
+  for (int page_size : {1, 5, 16, 256})
+    for (KVLayout layout : {KVLayout::NHD, KVLayout::HND})
+      for (DType dt : {DType::bf16, DType::f32}) {
+        SCOPED_TRACE(std::to_string(page_size) + " " + kv_layout_name(layout) + " " + dtype_name(dt));
+        PagedFixture f(page_size, layout, dt, rng);
+        HostTensor cpu_k = f.k, cpu_v = f.v;  // identical poisoned caches
+        HostTensor indptr = int_tensor(f.table.kv_indptr), indices = int_tensor(f.table.kv_indices),
+                   last = int_tensor(f.table.kv_last_page_len), app = int_tensor(f.append_indptr);
+
+        // CPU model.
+        PagedKVCache cpu_cache{cpu_k.view(), cpu_v.view(), layout};
+        PageTable cpu_table{indptr.view(), indices.view(), last.view()};
+        append_paged_kv(cpu_cache, cpu_table, app.view(), f.new_k.view(), f.new_v.view());
+
+        // GPU.
+        DeviceTensor dk(f.k), dv(f.v), dind(indptr), didx(indices), dlast(last), dapp(app), dnk(f.new_k), dnv(f.new_v);
+        PagedKVCache gpu_cache{dk.view(), dv.view(), layout};
+        PageTable gpu_table{dind.view(), didx.view(), dlast.view()};
+        append_paged_kv(gpu_cache, gpu_table, dapp.view(), dnk.view(), dnv.view());
+        dk.download(f.k);
+        dv.download(f.v);
+        EXPECT_EQ(f.k.bytes(), cpu_k.bytes());
+        EXPECT_EQ(f.v.bytes(), cpu_v.bytes());
+
+        // Copy the first two used pages onto the two spare (highest) pages.
+        const std::vector<std::int32_t> src{f.table.kv_indices[0], f.table.kv_indices[1]};
+        const std::vector<std::int32_t> dst{f.num_pages - 1, f.num_pages - 2};
+        HostTensor hs = int_tensor(src), hd = int_tensor(dst);
+        copy_pages(cpu_cache, hs.view(), hd.view());
+        DeviceTensor ds(hs), dd(hd);
+        copy_pages(gpu_cache, ds.view(), dd.view());
+        dk.download(f.k);
+        dv.download(f.v);
+        EXPECT_EQ(f.k.bytes(), cpu_k.bytes());
+        EXPECT_EQ(f.v.bytes(), cpu_v.bytes());
+      }
+}
+
+}  // namespace
+}  // namespace tessera::testing
