@@ -6,6 +6,8 @@
 namespace tessera::py {
 namespace {
 
+Tensor raw_tensor(nb::tuple t, const char* name);
+
 std::string py_type_name(nb::handle obj) {
   return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))
                                            .attr("__qualname__")));
@@ -50,6 +52,34 @@ bool native_dtype(const nb::dlpack::dtype& dt, DType* out) {
 
 [[noreturn]] void type_error(const std::string& msg) { throw nb::type_error(msg.c_str()); }
 
+// (data_ptr, dtype name, shape, strides, DLPack device type, device id): a descriptor the
+// Python side builds for frameworks whose DLPack export is slow (torch: ~14 us per tensor).
+// The caller keeps the array alive for the duration of the call.
+Tensor raw_tensor(nb::tuple t, const char* name) {
+  try {
+    const auto ptr = nb::cast<std::uintptr_t>(t[0]);
+    const DType dtype = parse_dtype(nb::cast<std::string>(t[1]), name);
+    nb::sequence shape = nb::borrow<nb::sequence>(t[2]), strides = nb::borrow<nb::sequence>(t[3]);
+    const int rank = static_cast<int>(nb::len(shape));
+    if (rank > kMaxRank || static_cast<int>(nb::len(strides)) != rank)
+      throw nb::value_error((std::string(name) + ": expected at most " + std::to_string(kMaxRank) +
+                             " dims with one stride each, got " + std::to_string(rank))
+                                .c_str());
+    std::int64_t sh[kMaxRank] = {}, st[kMaxRank] = {};
+    bool empty = false;
+    for (int d = 0; d < rank; ++d) {
+      sh[d] = nb::cast<std::int64_t>(shape[d]);
+      st[d] = nb::cast<std::int64_t>(strides[d]);
+      empty = empty || sh[d] == 0;
+    }
+    const int dev_type = nb::cast<int>(t[4]), dev_id = nb::cast<int>(t[5]);
+    Device device = dev_type == nb::device::cuda::value ? Device::cuda(dev_id) : Device::cpu();
+    return Tensor::from_arrays(reinterpret_cast<void*>(ptr), dtype, rank, sh, empty ? nullptr : st, device);
+  } catch (const nb::cast_error&) {
+    type_error(std::string(name) + ": expected (data_ptr, dtype, shape, strides, device_type, device_id)");
+  }
+}
+
 }  // namespace
 
 DType parse_dtype(const std::string& s, const char* name) {
@@ -76,6 +106,7 @@ Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optio
   nb::handle arr = obj;
   bool has_override = false;
   DType override_dtype = DType::f32;
+  if (nb::isinstance<nb::tuple>(obj) && nb::len(obj) == 6) return raw_tensor(nb::borrow<nb::tuple>(obj), name);
   if (nb::isinstance<nb::tuple>(obj)) {
     nb::tuple t = nb::borrow<nb::tuple>(obj);
     if (t.size() != 2 || !nb::isinstance<nb::str>(t[1]))

@@ -44,6 +44,14 @@ Device make_device(const std::string& kind, int index) {
 
 // A workspace is any contiguous array; its bytes are what counts.
 Workspace make_workspace(nb::handle obj, ArgArrays& arrays) {
+  if (nb::isinstance<nb::tuple>(obj) && nb::len(obj) == 4) {  // (data_ptr, bytes, device type, device id)
+    nb::tuple t = nb::borrow<nb::tuple>(obj);
+    Workspace w;
+    w.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(t[0]));
+    w.bytes = nb::cast<std::size_t>(t[1]);
+    w.device = nb::cast<int>(t[2]) == nb::device::cuda::value ? Device::cuda(nb::cast<int>(t[3])) : Device::cpu();
+    return w;
+  }
   Array a;
   if (!nb::try_cast<Array>(obj, a, false))
     throw nb::type_error("workspace: expected a contiguous array (numpy, torch, cupy), got something else");

@@ -25,6 +25,17 @@ def get_num_threads() -> int:
     return _config["num_threads"]
 
 
+_torch_mod = []
+
+
+def _torch_module():
+    """tessera._torch, imported on first use (it imports torch and registers the custom ops)."""
+    if not _torch_mod:
+        from . import _torch
+        _torch_mod.append(_torch)
+    return _torch_mod[0]
+
+
 def _is_torch(x) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
@@ -144,7 +155,9 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, scale=None, r
     and torch.compile through the ``tessera::attention_fwd`` custom op).
     """
     if _is_torch(q):
-        from . import _torch
+        _torch = _torch_module()
+        if _torch.eager_no_grad(q, k, v):  # skip the custom op's dispatch overhead
+            return _forward(q, k, v, causal, window, softcap, scale, return_lse)
         return _torch.attention(q, k, v, causal, window, softcap, scale, return_lse)
     return _forward(q, k, v, causal, window, softcap, scale, return_lse)
 
@@ -158,7 +171,10 @@ def attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(
     lists). LSE (with return_lse) is (heads_q, total_q) fp32.
     """
     if _is_torch(q):
-        from . import _torch
+        _torch = _torch_module()
+        if _torch.eager_no_grad(q, k, v):
+            return _forward_ragged(q, k, v, _torch._to_index(cu_seqlens_q, q), _torch._to_index(cu_seqlens_k, q),
+                                   causal, window, softcap, scale, return_lse)
         return _torch.attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window, softcap, scale,
                                        return_lse)
     return _forward_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window, softcap, scale, return_lse)
@@ -172,7 +188,7 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, window=(-1, -1), s
     run to run. Returns arrays shaped like q, k, v in q's framework.
     """
     if _is_torch(q):
-        from . import _torch
+        _torch = _torch_module()
         return _torch.attention_backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic)
     return _backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic)
 
@@ -181,7 +197,7 @@ def attention_ragged_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, ls
                               softcap=0.0, scale=None, deterministic=False):
     """Gradients (dq, dk, dv) of attention_ragged (layouts as attention_ragged)."""
     if _is_torch(q):
-        from . import _torch
+        _torch = _torch_module()
         return _torch.attention_ragged_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, causal,
                                                 window, softcap, scale, deterministic)
     return _backward_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, causal, window, softcap, scale,
@@ -197,6 +213,6 @@ def merge_states(o_states, lse_states, return_lse=True):
     Rows whose every state is empty (lse = -inf) give out = 0, lse = -inf.
     """
     if _is_torch(o_states):
-        from . import _torch
+        _torch = _torch_module()
         return _torch.merge_states(o_states, lse_states, return_lse)
     return _merge(o_states, lse_states, return_lse)

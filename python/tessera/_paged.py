@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _C
 from ._arrays import adapter_for, dtype_name
-from ._ops import _config, _window
+from ._ops import _config, _is_torch, _window
 
 
 class PagedKVCache:
@@ -248,7 +248,7 @@ class BatchAttention:
             workspace = ws
         ql = [int(x) for x in np.asarray(_host(q_lens)).reshape(-1)]
         kl = [int(x) for x in np.asarray(_host(kv_lens)).reshape(-1)]
-        self._impl.plan(ql, kl, kind, index, sms, fw.to_c(workspace), fw.stream(like))
+        self._impl.plan(ql, kl, kind, index, sms, _workspace_c(workspace), fw.stream(like))
         self.workspace = workspace
         self._device = (kind, index)
 
@@ -262,9 +262,8 @@ class BatchAttention:
         if self.return_lse and lse is None:
             lse = fw.empty(q, (int(q.shape[1]), int(q.shape[0])) if len(q.shape) == 3 else (1,), "fp32")
         indptr, indices, last = _table_arrays(table, fw, q)
-        ws_fw = adapter_for(self.workspace, "workspace")
         self._impl.run(fw.to_c(q), fw.to_c(cache.k_pages), fw.to_c(cache.v_pages), cache.layout, indptr, indices,
-                       last, fw.to_c(out), None if lse is None else fw.to_c(lse), ws_fw.to_c(self.workspace),
+                       last, fw.to_c(out), None if lse is None else fw.to_c(lse), _workspace_c(self.workspace),
                        fw.stream(q), _config["num_threads"])
         if self.return_lse:
             return fw.wrap(out), fw.wrap(lse)
@@ -282,3 +281,12 @@ def _host(values):
     if isinstance(values, (list, tuple, np.ndarray)):
         return values
     return adapter_for(values, "lengths").to_numpy(values)
+
+
+def _workspace_c(ws):
+    """The workspace for the extension: the array itself (DLPack), or for torch a raw
+    (data_ptr, bytes, device type, device id) descriptor, which is much cheaper to pass."""
+    if _is_torch(ws) and ws.device.type in ("cpu", "cuda") and ws.is_contiguous():
+        return (ws.data_ptr(), ws.numel() * ws.element_size(), 2 if ws.device.type == "cuda" else 1,
+                ws.device.index or 0)
+    return ws

@@ -153,6 +153,20 @@ class AttentionFunction(torch.autograd.Function):
 
 # ---- what tessera's public functions call for torch tensors -------------------------------
 
+def eager_no_grad(*tensors):
+    """True when no autograd graph is wanted and torch.compile is not tracing: then tessera
+    calls the kernels directly, without the custom op's dispatch (~0.1 ms of Python)."""
+    if torch.compiler.is_compiling():
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return not _is_fake(tensors[0])
+
+
+def _is_fake(t):
+    return type(t) is not Tensor and not isinstance(t, torch.nn.Parameter)
+
+
 def _to_index(values, like):
     if isinstance(values, Tensor):
         return values
