@@ -10,7 +10,7 @@ numpy       numpy.empty                         (cpu)
 torch       torch.empty(..., device=x.device)   torch.cuda.current_stream(x.device)
 cupy        cupy.empty under x.device           cupy.cuda.get_current_stream()
 jax         computed in numpy (cpu) or cupy /   the default stream; inputs are made ready
-            torch (gpu), returned as jax arrays first (block_until_ready)
+            torch (gpu), returned as jax arrays first, outputs synchronised after
 other       numpy (cpu arrays only)             (cpu)
 ==========  ==================================  ==============================================
 
@@ -250,6 +250,13 @@ class _JaxAdapter:
         import jax.numpy as jnp
         if isinstance(x, np.ndarray):
             return jnp.asarray(x)
+        # tessera ran on the legacy default stream; jax reads on streams of its own, so finish
+        # the work before handing the buffer over.
+        st = adapter_for(x)
+        if st.name == "torch":
+            st.torch.cuda.synchronize(x.device)
+        else:
+            x.device.synchronize()
         return self.jax.dlpack.from_dlpack(x)
 
 
