@@ -16,7 +16,7 @@ namespace tessera::cuda {
 namespace {
 
 constexpr const char* kForwardSupport =
-    "supported on CUDA: f16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0, "
+    "supported on CUDA: fp16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0, "
     "16-byte aligned pointers and 16-byte multiple batch/row/head strides";
 
 bool fail(std::string* why, const std::string& what) {
@@ -51,7 +51,7 @@ int device_count() noexcept {
 
 bool supports_forward(const AttentionParams& p, std::string* why) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16)
-    return fail(why, std::string("dtype: expected f16 or bf16 on CUDA, got ") + dtype_name(p.dtype));
+    return fail(why, std::string("dtype: expected fp16 or bf16 on CUDA, got ") + dtype_name(p.dtype));
   if (!sm80::forward_head_dim_compiled(p.head_dim))
     return fail(why, "head_dim: expected 64, 128 or 256 on CUDA, got " + std::to_string(p.head_dim));
   if (p.batch > 65535 || p.heads_q > 65535)

@@ -297,7 +297,7 @@ void expect_unsupported(const CaseSpec& spec, const std::string& needle) {
   EXPECT_TRUE(out.margins_intact());
 }
 
-TEST(CudaForward, UnsupportedFp32) { expect_unsupported(dense(DType::f32, 1, 17, 17, 1, 1, 64, opts(false)), "f32"); }
+TEST(CudaForward, UnsupportedFp32) { expect_unsupported(dense(DType::f32, 1, 17, 17, 1, 1, 64, opts(false)), "fp32"); }
 TEST(CudaForward, UnsupportedHeadDim) { expect_unsupported(dense(DType::bf16, 1, 17, 17, 1, 1, 96, opts(false)), "head_dim"); }
 TEST(CudaForward, UnsupportedMisalignedRows) {
   expect_unsupported(dense(DType::f16, 1, 17, 17, 2, 1, 64, opts(false), 3), "16 bytes");
