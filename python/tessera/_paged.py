@@ -155,11 +155,15 @@ class PagePool:
         return f"PagePool(num_pages={self.num_pages}, page_size={self.page_size}, free_pages={self.free_pages})"
 
 
-def _table_arrays(table, fw, like):
+def _table_arrays(table, fw, like, keep):
+    """The table's arrays for the extension. Copies made here (a host table for a device cache)
+    are appended to `keep`, which the caller holds until the call returns: a raw descriptor
+    does not keep its array alive."""
     arrs = []
     for a in (table.kv_indptr, table.kv_indices, table.kv_last_page_len):
         if fw.name != "numpy" and isinstance(a, np.ndarray):
             a = fw.index_array(a, like)  # host table, device cache: copy across
+            keep.append(a)
         arrs.append(fw.to_c(a))
     return arrs
 
@@ -175,7 +179,8 @@ def append_paged_kv(cache, table, append_indptr, new_k, new_v):
     like = cache.k_pages
     if isinstance(append_indptr, (list, tuple)) or (fw.name != "numpy" and isinstance(append_indptr, np.ndarray)):
         append_indptr = fw.index_array(append_indptr, like)
-    indptr, indices, last = _table_arrays(table, fw, like)
+    keep = []
+    indptr, indices, last = _table_arrays(table, fw, like, keep)
     _C.append_paged_kv(fw.to_c(cache.k_pages), fw.to_c(cache.v_pages), cache.layout, indptr, indices, last,
                        fw.to_c(append_indptr), fw.to_c(new_k), fw.to_c(new_v), fw.stream(like),
                        _config["num_threads"])
@@ -261,7 +266,8 @@ class BatchAttention:
             out = fw.empty_like(q)
         if self.return_lse and lse is None:
             lse = fw.empty(q, (int(q.shape[1]), int(q.shape[0])) if len(q.shape) == 3 else (1,), "fp32")
-        indptr, indices, last = _table_arrays(table, fw, q)
+        keep = []
+        indptr, indices, last = _table_arrays(table, fw, q, keep)
         self._impl.run(fw.to_c(q), fw.to_c(cache.k_pages), fw.to_c(cache.v_pages), cache.layout, indptr, indices,
                        last, fw.to_c(out), None if lse is None else fw.to_c(lse), _workspace_c(self.workspace),
                        fw.stream(q), _config["num_threads"])
