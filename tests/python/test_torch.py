@@ -263,7 +263,8 @@ def test_paged_batch_attention_on_torch(device):
     seqs = [pool.create_sequence() for _ in lens]
     for s, n in zip(seqs, lens):
         pool.append_tokens(s, n)
-    table = pool.page_table(seqs).to(torch.empty(0, device=device))  # device copy of the CSR arrays
+    host_table = pool.page_table(seqs)
+    table = host_table.to(torch.empty(0, device=device))  # device copy of the CSR arrays
     assert isinstance(table.kv_indptr, torch.Tensor) and table.kv_indptr.dtype == torch.int32
     kv = torch.zeros(16, 2, ps, heads_kv, d, device=device, dtype=dtype)
     cache = tessera.PagedKVCache.from_combined(kv, "NHD")
@@ -277,6 +278,7 @@ def test_paged_batch_attention_on_torch(device):
     ba.plan(q_lens, lens, like=q)
     out = ba.run(q, cache, table)
     assert isinstance(out, torch.Tensor) and out.device == q.device
+    torch.testing.assert_close(ba.run(q, cache, host_table), out, atol=0, rtol=0)  # copied across per call
     row = 0
     for i, ql in enumerate(q_lens):
         ref = sdpa_reference(q[None, row:row + ql], ks[i][None], vs[i][None], causal=True)
