@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/check.h"
 #include "cuda/common/types.cuh"
@@ -53,6 +54,17 @@ __device__ __forceinline__ float fast_log2(float x) {
 __device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst, const void* src, bool valid) {
   const int n = valid ? 4 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+
+// dst[0..1] += (a, b) at gpu scope without returning the old values (sm_90 vector RED).
+// Like atomicAdd on f32 in global memory, it flushes subnormals.
+__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
 }
 
 // Copies `R` rows of W elements (rows past `valid` zero-filled) into a swizzled tile.
@@ -126,7 +138,7 @@ __device__ __forceinline__ void gemm_ay(float (&acc)[NCOLS / 8][4], const std::u
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(const BwdArgs p) {
+__global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) backward_main_kernel(const BwdArgs p) {
   using L = Layout<D>;
   constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages;
   constexpr int kThreads = L::kThreads, kQCols = L::kQCols, kDCols = L::kDCols;
@@ -230,9 +242,8 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
   static_assert(Br * 2 == 128, "fragment offsets assume 128-byte rows of the [Bc][Br] tiles");
   const int frag_off = (kv_row_w + g) * (Br * 2) + 4 * t4 + (((q_col_w / 8) ^ g) << 4);
   const bool softcap_on = p.softcap > 0.0f;
-  const float cap_log2 = p.softcap * 1.4426950408889634f;
-  const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
-  const float log2_to_t = softcap_on ? 0.6931471805599453f / p.softcap : 0.0f;  // v/(cap*log2e)
+  // Softcap constants come from the kernel parameters where they are used (general paths
+  // only), rather than holding three registers through the loop.
 
   if (n_items > 0) {
     const std::int64_t koff = b * p.k_batch + (k_row0 + kv0) * p.k_row + hkv * p.k_head;
@@ -267,26 +278,45 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
     // ---- S^T and P^T (in place, fp32) ----
     float s_acc[kQCols / 8][4];
     gemm_xyT<kBf16, D, kQCols>(s_acc, sK, kv_row_w, sQ, q_col_w, lane);
+    // Two copies of the elementwise step, picked by a CTA-uniform branch: the common one (no
+    // softcap, tile wholly visible) is straight-line code the scheduler can interleave; the
+    // general one tests per element. Per visible element both compute the same expression.
+    auto p_step = [&](auto general_tag) {
+      constexpr bool kGeneral = decltype(general_tag)::value;
 #pragma unroll
-    for (int n = 0; n < kQCols / 8; ++n) {
+      for (int n = 0; n < kQCols / 8; ++n) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = q_col_w + n * 8 + 2 * t4 + e;
-        const float lse2 = lse_t[col];
-        bool vis0 = true, vis1 = true;
-        if (need_mask) {
-          const math::KeyRange kr = math::visible_keys(mask, q0 + col);
-          const int j0 = kv0 + kv_row_w + g, j1 = j0 + 8;
-          vis0 = j0 >= kr.begin && j0 < kr.end;
-          vis1 = j1 >= kr.begin && j1 < kr.end;
-        }
+        for (int e = 0; e < 2; ++e) {
+          const int col = q_col_w + n * 8 + 2 * t4 + e;
+          const float lse2 = lse_t[col];
+          bool vis0 = true, vis1 = true;
+          if (kGeneral && need_mask) {
+            const math::KeyRange kr = math::visible_keys(mask, q0 + col);
+            const int j0 = kv0 + kv_row_w + g, j1 = j0 + 8;
+            vis0 = j0 >= kr.begin && j0 < kr.end;
+            vis1 = j1 >= kr.begin && j1 < kr.end;
+          }
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const float x = s_acc[n][2 * hr + e];
-          const float v = softcap_on ? cap_log2 * tanhf(x * scale_over_cap) : x * p.scale_log2;
-          s_acc[n][2 * hr + e] = (hr == 0 ? vis0 : vis1) ? fast_exp2(v - lse2) : 0.0f;
+          for (int hr = 0; hr < 2; ++hr) {
+            const float x = s_acc[n][2 * hr + e];
+            if constexpr (kGeneral) {
+              const float cap_log2 = p.softcap * 1.4426950408889634f;
+              const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
+              const float v = softcap_on ? cap_log2 * tanhf(x * scale_over_cap) : x * p.scale_log2;
+              s_acc[n][2 * hr + e] = (hr == 0 ? vis0 : vis1) ? fast_exp2(v - lse2) : 0.0f;
+            } else {
+              s_acc[n][2 * hr + e] = fast_exp2(x * p.scale_log2 - lse2);
+            }
+          }
         }
       }
+    };
+    // head_dim 256 (WQ = 2) keeps the single general copy: with both copies ptxas spilled
+    // ~200 B there (254 registers and no spill with one).
+    if constexpr (WQ == 2) {
+      p_step(std::true_type{});
+    } else {
+      if (need_mask || softcap_on) p_step(std::true_type{}); else p_step(std::false_type{});
     }
 
     // ---- dV += P^T dO ----
@@ -318,28 +348,37 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
     // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
     float dp_acc[kQCols / 8][4];
     gemm_xyT<kBf16, D, kQCols>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
+    auto ds_step = [&](auto cap_tag) {
+      constexpr bool kCap = decltype(cap_tag)::value;
 #pragma unroll
-    for (int n = 0; n < kQCols / 8; ++n) {
-      // This thread's own P^T values (stored above by this thread: no barrier needed).
-      const int off = frag_off ^ (n << 4);
-      const float2 pf[2] = {Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + L::kOffPT + off)),
-                            Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + L::kOffPT + off + 8 * Br * 2))};
+      for (int n = 0; n < kQCols / 8; ++n) {
+        // This thread's own P^T values (stored above by this thread: no barrier needed).
+        const int off = frag_off ^ (n << 4);
+        const float2 pf[2] = {Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + L::kOffPT + off)),
+                              Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + L::kOffPT + off + 8 * Br * 2))};
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = q_col_w + n * 8 + 2 * t4 + e;
-        const float del = del_t[col];
+        for (int e = 0; e < 2; ++e) {
+          const int col = q_col_w + n * 8 + 2 * t4 + e;
+          const float del = del_t[col];
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const float pv = e == 0 ? pf[hr].x : pf[hr].y;
-          float ds = pv * (dp_acc[n][2 * hr + e] - del);
-          if (softcap_on && pv > 0.0f) {
-            // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
-            const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
-            ds *= 1.0f - tt * tt;
+          for (int hr = 0; hr < 2; ++hr) {
+            const float pv = e == 0 ? pf[hr].x : pf[hr].y;
+            float ds = pv * (dp_acc[n][2 * hr + e] - del);
+            if (kCap && pv > 0.0f) {
+              // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
+              const float log2_to_t = 0.6931471805599453f / p.softcap;  // v/(cap*log2e)
+              const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
+              ds *= 1.0f - tt * tt;
+            }
+            dp_acc[n][2 * hr + e] = ds;
           }
-          dp_acc[n][2 * hr + e] = ds;
         }
       }
+    };
+    if constexpr (WQ == 2) {
+      ds_step(std::true_type{});
+    } else {
+      if (softcap_on) ds_step(std::true_type{}); else ds_step(std::false_type{});
     }
     // dS^T to smem ([Bc][Br]) for the dQ step (and for the partner warp when WQ = 2).
 #pragma unroll
@@ -428,7 +467,13 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, 1) backward_main_kernel(c
 #pragma unroll
           for (int n = 0; n < kN / 8; ++n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float2*>(row + n * 8), make_float2(dq[n][2 * hr], dq[n][2 * hr + 1]));
+            if (WQ == 2 || lock != nullptr) {  // head_dim 256: two paths spilled ~200 B
+              atomicAdd(reinterpret_cast<float2*>(row + n * 8), make_float2(dq[n][2 * hr], dq[n][2 * hr + 1]));
+            } else {
+              // Fire-and-forget reduction (RED): atomicAdd's ATOMG returns the old values and
+              // the warp waits on that round trip at the next reuse of the registers.
+              red_add_f32x2(row + n * 8, dq[n][2 * hr], dq[n][2 * hr + 1]);
+            }
 #else
             atomicAdd(row + n * 8, dq[n][2 * hr]);
             atomicAdd(row + n * 8 + 1, dq[n][2 * hr + 1]);

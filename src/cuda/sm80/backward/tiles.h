@@ -48,6 +48,9 @@ struct Layout {
   static constexpr int kOffLse = kOffPT + Bc * Br * 2;         // Stages x Br floats
   static constexpr int kOffDel = kOffLse + Stages * Br * 4;
   static constexpr int kSmem = kOffDel + Stages * Br * 4;
+  // CTAs per SM the register budget is sized for: head_dim 64 fits two (<= 128 registers per
+  // thread, 2 x 97 KB smem), so one CTA's barriers and dQ atomics hide behind the other's GEMMs.
+  static constexpr int kMinBlocks = 1;
 
   static_assert(kWarps == 8, "the dQ step assumes 8 warps");
   static_assert(kQCols % 16 == 0 && kDCols % 16 == 0 && kDqCols % 16 == 0, "fragment pairs");
