@@ -23,12 +23,18 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
     forward_kernel(const __grid_constant__ FwdArgs a) {
   using Tr = FwdTraits<kHeadDim>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim;
+  constexpr int RA = Tr::kRowAtoms, RW = Tr::kRowsPerWarp;
   constexpr bool kBf16 = Traits<T>::is_bf16;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   const std::uint32_t sQ_addr = smem_u32(sQ);
   const std::uint32_t sK_addr = sQ_addr + 2u * BM * D;
   const std::uint32_t sV_addr = sK_addr + 2u * BN * D;
+  // Per-thread visible key ranges of its 2 * RA rows, read only by masked tiles (kept out of
+  // registers: O and S already fill the 255 of a 2-CTA/SM instance). Entry (ra, h) of thread
+  // tid is at [(2 * ra + h) * kThreads + tid] (consecutive lanes, consecutive 8 bytes); entry
+  // [2 * RA * kThreads + tid] holds the keys visible to every row of the thread's warp.
+  math::KeyRange* sKeys = reinterpret_cast<math::KeyRange*>(smem_raw + Tr::kKeysOffset);
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -61,6 +67,11 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
   const T* q_ptr = static_cast<const T*>(a.q) + b * a.q_batch + (q_row0 + m0) * a.q_row + h * a.q_head;
   const T* k_ptr = static_cast<const T*>(a.k) + b * a.k_batch + k_row0 * a.k_row + h_kv * a.k_head;
   const T* v_ptr = static_cast<const T*>(a.v) + b * a.v_batch + k_row0 * a.v_row + h_kv * a.v_head;
+  // The K and V base pointers, like the key ranges, wait in the thread's own smem slots and are
+  // re-read once per tile load (each LDS.64 frees two registers for the whole mainloop).
+  const T** sPtrs = reinterpret_cast<const T**>(smem_raw + Tr::kPtrsOffset);
+  sPtrs[tid] = k_ptr;
+  sPtrs[Tr::kThreads + tid] = v_ptr;
 
   // Prologue: Q (once) and the first K tile.
   load_tile_async<Tr, BM>(sQ_addr, q_ptr, a.q_row, q_len - m0, tid);
@@ -71,25 +82,33 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
     cp_async_commit();
   }
 
-  // Warp state: its 16 rows [wr0, wr0 + 16), two per thread (g and g + 8).
-  const int wr0 = m0 + 16 * warp;
-  const int wr_end = min(wr0 + 16, q_len);
-  math::OnlineSoftmaxRow rows[2];
-  math::KeyRange keys[2];
-  keys[0] = math::visible_keys(spec, wr0 + g);
-  keys[1] = math::visible_keys(spec, wr0 + g + 8);
+  // Warp state: its RW rows [wr0, wr0 + RW), as RA atoms of 16; two rows per thread and atom
+  // (16a + g and 16a + g + 8).
+  const int wr0 = m0 + RW * warp;
+  const int wr_end = min(wr0 + RW, q_len);
+  math::OnlineSoftmaxRow rows[RA][2];
+#pragma unroll
+  for (int ra = 0; ra < RA; ++ra) {
+    sKeys[(2 * ra) * Tr::kThreads + tid] = math::visible_keys(spec, wr0 + 16 * ra + g);
+    sKeys[(2 * ra + 1) * Tr::kThreads + tid] = math::visible_keys(spec, wr0 + 16 * ra + g + 8);
+  }
   // math::tile_fully_visible(spec, wr0, wr_end, n0, n0 + BN) for every tile, with its two
   // visible_keys calls hoisted: keys [full_begin, full_end) are visible to all warp rows.
-  int full_begin = -1, full_end = 0x7fffffff;  // a warp without rows needs no mask
-  if (wr_end > wr0) {
-    full_begin = math::visible_keys(spec, wr_end - 1).begin;
-    full_end = math::visible_keys(spec, wr0).end;
+  {
+    math::KeyRange full{-1, 0x7fffffff};  // a warp without rows needs no mask
+    if (wr_end > wr0) {
+      full.begin = math::visible_keys(spec, wr_end - 1).begin;
+      full.end = math::visible_keys(spec, wr0).end;
+    }
+    sKeys[2 * RA * Tr::kThreads + tid] = full;
   }
-  float o[D / 8][4];
+  float o[RA][D / 8][4];
 #pragma unroll
-  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  for (int ra = 0; ra < RA; ++ra)
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) o[ra][d][0] = o[ra][d][1] = o[ra][d][2] = o[ra][d][3] = 0.0f;
   FragAddrs qa, ka, va;
-  init_a_addrs<D>(qa, sQ_addr + 2u * (16 * warp) * D, lane);
+  init_a_addrs<D>(qa, sQ_addr + 2u * (RW * warp) * D, lane);
   init_k_addrs<D>(ka, sK_addr, lane);
   init_a_addrs<D>(va, sV_addr, lane);
 
@@ -97,24 +116,35 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
     const int n0 = nb * BN;
     cp_async_wait<0>();
     __syncthreads();  // K_nb visible to all; every warp is done with V_nb-1
-    load_tile_async<Tr, BN>(sV_addr, v_ptr + static_cast<std::int64_t>(n0) * a.v_row, a.v_row, k_len - n0, tid);
+    load_tile_async<Tr, BN>(sV_addr, sPtrs[Tr::kThreads + tid] + static_cast<std::int64_t>(n0) * a.v_row, a.v_row,
+                            k_len - n0, tid);
     cp_async_commit();
 
-    float s[BN / 8][4];
+    float s[RA][BN / 8][4];
     gemm_qk<Tr, kBf16>(s, qa, ka);
 
     cp_async_wait<0>();
     __syncthreads();  // V_nb visible to all; every warp is done with K_nb
     if (nb + 1 < n_end) {
       const int n1 = n0 + BN;
-      load_tile_async<Tr, BN>(sK_addr, k_ptr + static_cast<std::int64_t>(n1) * a.k_row, a.k_row, k_len - n1, tid);
+      load_tile_async<Tr, BN>(sK_addr, sPtrs[tid] + static_cast<std::int64_t>(n1) * a.k_row, a.k_row, k_len - n1,
+                              tid);
       cp_async_commit();
     }
 
     // Per-element masks only where some key of the tile is hidden from some row of the warp.
-    const bool masked = !(full_begin <= n0 && n0 + BN <= full_end);
-    std::uint32_t p[BN / 16][4];
-    softmax_tile<T, BN, D>(s, p, o, rows, keys, masked, n0, q, a.scale, a.scale_log2, a.softcap);
+    const math::KeyRange full = sKeys[2 * RA * Tr::kThreads + tid];
+    const bool masked = !(full.begin <= n0 && n0 + BN <= full.end);
+    std::uint32_t p[RA][BN / 16][4];
+#pragma unroll
+    for (int ra = 0; ra < RA; ++ra) {
+      math::KeyRange keys[2];
+      if (masked) {
+        keys[0] = sKeys[(2 * ra) * Tr::kThreads + tid];
+        keys[1] = sKeys[(2 * ra + 1) * Tr::kThreads + tid];
+      }
+      softmax_tile<T, BN, D>(s[ra], p[ra], o[ra], rows[ra], keys, masked, n0, q, a.scale, a.scale_log2, a.softcap);
+    }
     gemm_pv<Tr, kBf16>(o, p, va);
   }
 
@@ -129,11 +159,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
     out_row0 = a.cu_seqlens_q[b];
     out_len = a.cu_seqlens_q[b + 1] - static_cast<int>(out_row0);
   }
-  const int out_r0 = m_block * BM + 16 * (threadIdx.x >> 5);  // = wr0
+  const int out_r0 = m_block * BM + RW * (threadIdx.x >> 5);  // = wr0
   out_row0 += out_r0;
   T* o_ptr = static_cast<T*>(a.o) + b * a.o_batch + out_row0 * a.o_row + h * a.o_head;
   float* lse_ptr = a.lse == nullptr ? nullptr : a.lse + b * a.lse_batch + h * a.lse_head + out_row0;
-  epilogue_store<Tr, T>(o, rows, sQ + 16 * warp * D, o_ptr, a.o_row, min(out_len - out_r0, 16), lse_ptr, lane);
+#pragma unroll
+  for (int ra = 0; ra < RA; ++ra)
+    epilogue_store<Tr, T>(o[ra], rows[ra], sQ + (RW * warp + 16 * ra) * D, o_ptr + 16 * ra * a.o_row, a.o_row,
+                          min(out_len - out_r0 - 16 * ra, 16), lse_ptr == nullptr ? nullptr : lse_ptr + 16 * ra, lane);
 }
 
 }  // namespace tessera::cuda::sm80

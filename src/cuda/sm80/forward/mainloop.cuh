@@ -72,31 +72,41 @@ __device__ __forceinline__ void init_k_addrs(FragAddrs& f, std::uint32_t tile, i
   f.init<kHeadDim>(tile, (lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1, lane);
 }
 
-// acc[n][*] (n-tile n = keys 8n..8n+7 of the tile) = Q_w K^T for the warp's 16 query rows.
-// Q fragments are re-read from smem each k-step (one ldmatrix.x4 per kBlockN/8 mmas) so that
-// registers stay free for S and O.
+// acc[a][n][*] (atom a = warp rows 16a..16a+15, n-tile n = keys 8n..8n+7 of the tile)
+// = Q_w K^T for the warp's kRowAtoms * 16 query rows. Each K fragment feeds kRowAtoms mmas.
+// Q fragments are re-read from smem each k-step (one ldmatrix.x4 per atom and kBlockN/8
+// mmas) so that registers stay free for S and O.
 template <typename Tr, bool kBf16>
-__device__ __forceinline__ void gemm_qk(float (&acc)[Tr::kBlockN / 8][4], const FragAddrs& qa, const FragAddrs& ka) {
+__device__ __forceinline__ void gemm_qk(float (&acc)[Tr::kRowAtoms][Tr::kBlockN / 8][4], const FragAddrs& qa,
+                                        const FragAddrs& ka) {
 #pragma unroll
-  for (int n = 0; n < Tr::kBlockN / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int a = 0; a < Tr::kRowAtoms; ++a)
+#pragma unroll
+    for (int n = 0; n < Tr::kBlockN / 8; ++n) acc[a][n][0] = acc[a][n][1] = acc[a][n][2] = acc[a][n][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
-    std::uint32_t a[4];
-    ldmatrix_x4(a, qa.at<Tr::kHeadDim>(0, kk));
+    std::uint32_t qf[Tr::kRowAtoms][4];
+#pragma unroll
+    for (int a = 0; a < Tr::kRowAtoms; ++a) ldmatrix_x4(qf[a], qa.at<Tr::kHeadDim>(a, kk));
 #pragma unroll
     for (int p = 0; p < Tr::kBlockN / 16; ++p) {
       std::uint32_t b[4];
       ldmatrix_x4(b, ka.at<Tr::kHeadDim>(p, kk));
-      mma_m16n8k16<kBf16>(acc[2 * p], a, b[0], b[1]);
-      mma_m16n8k16<kBf16>(acc[2 * p + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int a = 0; a < Tr::kRowAtoms; ++a) {
+        mma_m16n8k16<kBf16>(acc[a][2 * p], qf[a], b[0], b[1]);
+        mma_m16n8k16<kBf16>(acc[a][2 * p + 1], qf[a], b[2], b[3]);
+      }
     }
   }
 }
 
-// o[d][*] (d-tile d = dims 8d..8d+7) += P V, P given as packed 16-bit A fragments per k-step
-// (p[t] covers keys 16t..16t+15); V fragments come through ldmatrix.trans (see init_a_addrs).
+// o[a][d][*] (atom a, d-tile d = dims 8d..8d+7) += P V, P given as packed 16-bit A fragments
+// per atom and k-step (p[a][t] covers keys 16t..16t+15); V fragments come through
+// ldmatrix.trans (see init_a_addrs), each feeding kRowAtoms mmas.
 template <typename Tr, bool kBf16>
-__device__ __forceinline__ void gemm_pv(float (&o)[Tr::kHeadDim / 8][4], const std::uint32_t (&p)[Tr::kBlockN / 16][4],
+__device__ __forceinline__ void gemm_pv(float (&o)[Tr::kRowAtoms][Tr::kHeadDim / 8][4],
+                                        const std::uint32_t (&p)[Tr::kRowAtoms][Tr::kBlockN / 16][4],
                                         const FragAddrs& va) {
 #pragma unroll
   for (int t = 0; t < Tr::kBlockN / 16; ++t) {
@@ -104,8 +114,11 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Tr::kHeadDim / 8][4], const s
     for (int e = 0; e < Tr::kHeadDim / 16; ++e) {
       std::uint32_t b[4];
       ldmatrix_x4_trans(b, va.at<Tr::kHeadDim>(t, e));
-      mma_m16n8k16<kBf16>(o[2 * e], p[t], b[0], b[1]);
-      mma_m16n8k16<kBf16>(o[2 * e + 1], p[t], b[2], b[3]);
+#pragma unroll
+      for (int a = 0; a < Tr::kRowAtoms; ++a) {
+        mma_m16n8k16<kBf16>(o[a][2 * e], p[a][t], b[0], b[1]);
+        mma_m16n8k16<kBf16>(o[a][2 * e + 1], p[a][t], b[2], b[3]);
+      }
     }
   }
 }
