@@ -38,14 +38,16 @@ def test_generic_dlpack_cpu_arrays_give_numpy_outputs():
 def test_jax_cpu():
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
+    cpu = jax.devices("cpu")[0]  # a jax with CUDA puts arrays on the GPU by default
     q, k, v = rand(2, 9, 4, 32), rand(2, 14, 2, 32), rand(2, 14, 2, 32)
-    out, lse = tessera.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), causal=True, return_lse=True)
+    on_cpu = lambda x: jax.device_put(jnp.asarray(x), cpu)
+    out, lse = tessera.attention(on_cpu(q), on_cpu(k), on_cpu(v), causal=True, return_lse=True)
     assert isinstance(out, jax.Array) and isinstance(lse, jax.Array)
     ref, ref_lse = naive.attention(q, k, v, True)
     np.testing.assert_allclose(np.asarray(out), ref, atol=2e-5, rtol=2e-5)
     np.testing.assert_allclose(np.asarray(lse), ref_lse, atol=1e-4, rtol=1e-4)
-    qb = jnp.asarray(q).astype(jnp.bfloat16)
-    kb = jnp.asarray(k).astype(jnp.bfloat16)
+    qb = on_cpu(q).astype(jnp.bfloat16)
+    kb = on_cpu(k).astype(jnp.bfloat16)
     out = tessera.attention(qb, kb, kb)
     assert out.dtype == jnp.bfloat16
     cu = [0, 4, 9]

@@ -173,7 +173,7 @@ def test_custom_ops_pass_opcheck():
 class TinyAttentionModel(torch.nn.Module):
     """Embedding, one causal self-attention block (GQA) with a residual, and a vocab head."""
 
-    def __init__(self, attn, vocab=32, dim=64, heads=4, kv_heads=2):
+    def __init__(self, attn, vocab=32, dim=256, heads=4, kv_heads=2):  # head_dim 64: a CUDA size
         super().__init__()
         self.attn, self.heads, self.kv_heads, self.hd = attn, heads, kv_heads, dim // heads
         self.emb = torch.nn.Embedding(vocab, dim)

@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
           for (int hr = 0; hr < 2; ++hr) {
             const float pv = e == 0 ? pf[hr].x : pf[hr].y;
             float ds = pv * (dp_acc[n][2 * hr + e] - del);
-            if (kCap && pv > 0.0f) {
+            if (kCap && softcap_on && pv > 0.0f) {  // head_dim 256 takes this copy uncapped too
               // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
               const float log2_to_t = 0.6931471805599453f / p.softcap;  // v/(cap*log2e)
               const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
