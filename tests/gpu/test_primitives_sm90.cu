@@ -1,0 +1,635 @@
+// GPU unit tests of the sm90 instruction wrappers (src/cuda/primitives/sm90/): TMA tensor maps
+// and bulk tensor copies, mbarrier phases, wgmma with shared-memory descriptors and register
+// A, setmaxnreg in a warp-specialised kernel, named barriers. Built for sm_90a only
+// (tests/CMakeLists.txt); every test skips on a device below compute capability 9.0.
+//
+// The kernels wait on mbarriers through wait_or_trap(), which traps after a long bound
+// instead of hanging, so a broken protocol fails the test with a launch error.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/common/types.cuh"
+#include "cuda/primitives/sm90/fence.cuh"
+#include "cuda/primitives/sm90/mbarrier.cuh"
+#include "cuda/primitives/sm90/named_barrier.cuh"
+#include "cuda/primitives/sm90/setmaxnreg.cuh"
+#include "cuda/primitives/sm90/tensor_map.h"
+#include "cuda/primitives/sm90/tma.cuh"
+#include "cuda/primitives/sm90/wgmma.cuh"
+#include "gpu/gpu_support.h"
+
+namespace tessera::testing {
+namespace {
+
+using cuda::Traits;
+namespace sm90 = tessera::cuda::sm90;
+
+#define TESSERA_REQUIRE_SM90()                                                                   \
+  do {                                                                                           \
+    int dev_ = 0, major_ = 0;                                                                    \
+    TESSERA_TEST_CUDA(cudaGetDevice(&dev_));                                                     \
+    TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, dev_)); \
+    if (major_ < 9) GTEST_SKIP() << "needs compute capability 9.0 (sm_90a), device has " << major_; \
+  } while (0)
+
+// Bounded mbarrier wait: traps (launch error) instead of hanging when a phase never completes.
+__device__ __forceinline__ void wait_or_trap(std::uint32_t bar, std::uint32_t parity) {
+  for (long i = 0; i < (1l << 26); ++i)
+    if (sm90::mbarrier_try_wait_parity(bar, parity)) return;
+  __trap();
+}
+
+// Dynamic shared memory, its start rounded up to 1024 bytes (launch with 1024 extra bytes):
+// the 128-byte swizzle pattern and the wgmma descriptors assume 1024-byte aligned tiles.
+extern __shared__ unsigned char dyn_smem[];
+__device__ __forceinline__ unsigned char* smem_1024() {
+  const std::uint32_t a = sm90::smem_u32(dyn_smem);
+  return dyn_smem + ((1024u - (a & 1023u)) & 1023u);
+}
+
+// Offset in elements (16-bit) of logical element (row r, col c) of a tile of 128-byte rows
+// written by TMA with SWIZZLE_128B: chunk c/8 of row r sits at chunk (c/8) ^ (r%8).
+__host__ __device__ constexpr int swz128(int r, int c) { return r * 64 + (((c / 8) ^ (r % 8)) * 8) + c % 8; }
+
+// ---------------------------------------------------------------------------------------------
+// TMA load of one 64 x 32 box (uint16) with 128-byte swizzle, completing on an mbarrier; the
+// raw shared-memory bytes are copied out and checked against the documented placement, with
+// zeros for the part of the box outside the tensor.
+
+constexpr int kH = 96, kW = 192;  // the source tensor: 96 rows of 192 uint16
+__host__ __device__ constexpr std::uint16_t src_value(int r, int c) { return static_cast<std::uint16_t>(r * kW + c + 1); }
+
+__global__ void tma_load_kernel(const __grid_constant__ CUtensorMap map, int c0, int c1, std::uint16_t* out) {
+  __shared__ alignas(8) std::uint64_t bar;
+  auto* tile = reinterpret_cast<std::uint16_t*>(smem_1024());
+  const std::uint32_t b = sm90::smem_u32(&bar);
+  if (threadIdx.x == 0) {
+    sm90::prefetch_tensor_map(&map);
+    sm90::mbarrier_init(b, 1);
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(b, 64 * 32 * 2);
+    sm90::tma_load_2d(sm90::smem_u32(tile), &map, b, c0, c1);
+  }
+  wait_or_trap(b, 0);
+  for (int i = threadIdx.x; i < 64 * 32; i += blockDim.x) out[i] = tile[i];
+}
+
+void check_tma_load(int c0, int c1) {
+  std::vector<std::uint16_t> src(kH * kW);
+  for (int r = 0; r < kH; ++r)
+    for (int c = 0; c < kW; ++c) src[r * kW + c] = src_value(r, c);
+  DeviceBuffer<std::uint16_t> dsrc(src), out(64 * 32);
+  const CUtensorMap map = sm90::make_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT16, dsrc.get(), kH, kW, kW * 2, 32, 64);
+  tma_load_kernel<<<1, 128, 64 * 32 * 2 + 1024>>>(map, c0, c1, out.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const auto got = out.read();
+  int bad = 0;
+  for (int r = 0; r < 32; ++r)
+    for (int c = 0; c < 64; ++c) {
+      const int gr = c1 + r, gc = c0 + c;
+      const bool inside = gr >= 0 && gr < kH && gc >= 0 && gc < kW;
+      const std::uint16_t want = inside ? src_value(gr, gc) : 0;
+      if (got[swz128(r, c)] != want && ++bad <= 10)
+        ADD_FAILURE() << "box (" << c0 << ", " << c1 << ") row " << r << " col " << c << ": got " << got[swz128(r, c)]
+                      << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(PrimitivesSm90, TmaLoad2dSwizzle128) {
+  TESSERA_REQUIRE_SM90();
+  check_tma_load(64, 32);
+  check_tma_load(0, 0);
+}
+
+TEST(PrimitivesSm90, TmaLoadOutOfBoundsFillsZeros) {
+  TESSERA_REQUIRE_SM90();
+  check_tma_load(160, 80);  // 32 columns and 16 rows past the end
+  check_tma_load(-16, -8);  // before the start
+}
+
+// ---------------------------------------------------------------------------------------------
+// TMA store: the CTA writes a 64 x 32 tile with ordinary stores at the swizzled positions,
+// fences the proxies, and one thread stores it twice (two bulk groups): once inside the tensor
+// and once hanging over its end. The destination tensor (96 x 192) lies in a larger buffer
+// (row stride 256, 112 rows) prefilled with 0xffff: nothing outside the boxes' in-bounds part
+// may change.
+
+constexpr int kStoreStride = 256, kStoreRows = 112;
+__host__ __device__ constexpr std::uint16_t tile_value(int r, int c) { return static_cast<std::uint16_t>(0x4000 + r * 64 + c); }
+
+__global__ void tma_store_kernel(const __grid_constant__ CUtensorMap map, int a0, int a1, int b0, int b1) {
+  auto* tile = reinterpret_cast<std::uint16_t*>(smem_1024());
+  for (int i = threadIdx.x; i < 64 * 32; i += blockDim.x) {
+    const int r = i / 64, c = i % 64;
+    tile[swz128(r, c)] = tile_value(r, c);
+  }
+  sm90::fence_proxy_async_shared_cta();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::prefetch_tensor_map(&map);
+    sm90::tma_store_2d(&map, sm90::smem_u32(tile), a0, a1);
+    sm90::tma_store_commit();
+    sm90::tma_store_2d(&map, sm90::smem_u32(tile), b0, b1);
+    sm90::tma_store_commit();
+    sm90::tma_store_wait_read<1>();
+    sm90::tma_store_wait_read<0>();
+    sm90::tma_store_wait<0>();
+  }
+}
+
+TEST(PrimitivesSm90, TmaStore2dSwizzle128) {
+  TESSERA_REQUIRE_SM90();
+  DeviceBuffer<std::uint16_t> dst(kStoreRows * kStoreStride, 0xff);
+  const CUtensorMap map =
+      sm90::make_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT16, dst.get(), kH, kW, kStoreStride * 2, 32, 64);
+  const int a0 = 32, a1 = 48, b0 = 160, b1 = 80;
+  tma_store_kernel<<<1, 128, 64 * 32 * 2 + 1024>>>(map, a0, a1, b0, b1);
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const auto got = dst.read();
+  int bad = 0;
+  for (int r = 0; r < kStoreRows; ++r)
+    for (int c = 0; c < kStoreStride; ++c) {
+      std::uint16_t want = 0xffff;
+      if (r < kH && c < kW) {
+        if (r >= a1 && r < a1 + 32 && c >= a0 && c < a0 + 64) want = tile_value(r - a1, c - a0);
+        if (r >= b1 && r < b1 + 32 && c >= b0 && c < b0 + 64) want = tile_value(r - b1, c - b0);
+      }
+      if (got[r * kStoreStride + c] != want && ++bad <= 10)
+        ADD_FAILURE() << "row " << r << " col " << c << ": got " << got[r * kStoreStride + c] << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// mbarrier phases seen by one thread: try_wait.parity before and after each phase completes.
+
+__global__ void mbarrier_parity_kernel(int* flags) {
+  __shared__ alignas(8) std::uint64_t bar;
+  const std::uint32_t b = sm90::smem_u32(&bar);
+  sm90::mbarrier_init(b, 2);
+  sm90::fence_mbarrier_init();
+  flags[0] = sm90::mbarrier_try_wait_parity(b, 0);  // phase 0 running: false
+  flags[1] = sm90::mbarrier_try_wait_parity(b, 1);  // "preceding" phase: true
+  sm90::mbarrier_arrive(b);
+  flags[2] = sm90::mbarrier_try_wait_parity(b, 0);  // 1 of 2 arrivals: false
+  sm90::mbarrier_arrive(b);
+  flags[3] = sm90::mbarrier_try_wait_parity(b, 0);  // phase 0 done: true
+  flags[4] = sm90::mbarrier_try_wait_parity(b, 1);  // phase 1 running: false
+  sm90::mbarrier_arrive(b);
+  sm90::mbarrier_arrive(b);
+  flags[5] = sm90::mbarrier_try_wait_parity(b, 1);  // phase 1 done: true
+  flags[6] = sm90::mbarrier_try_wait_parity(b, 0);  // phase 2 running: false
+  sm90::mbarrier_expect_tx(b, 16);                  // tx pending: arrivals alone do not finish
+  sm90::mbarrier_arrive(b);
+  sm90::mbarrier_arrive(b);
+  flags[7] = sm90::mbarrier_try_wait_parity(b, 0);  // false
+  sm90::mbarrier_inval(b);
+}
+
+TEST(PrimitivesSm90, MbarrierParity) {
+  TESSERA_REQUIRE_SM90();
+  DeviceBuffer<int> flags(8);
+  mbarrier_parity_kernel<<<1, 1>>>(flags.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const auto f = flags.read();
+  const int want[8] = {0, 1, 0, 1, 0, 1, 0, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(f[i], want[i]) << "flag " << i;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A two-stage TMA ring over six rounds: one producer thread (warp 0) waits on "empty", expects
+// tx and loads; 128 consumer threads (warps 1..4) wait on "full", copy the stage out and arrive
+// on "empty". Both barriers of both stages flip phase three times.
+
+constexpr int kRounds = 6, kStages = 2;
+
+__global__ void tma_ring_kernel(const __grid_constant__ CUtensorMap map, std::uint16_t* out) {
+  __shared__ alignas(8) std::uint64_t full[kStages], empty[kStages];
+  auto* tiles = reinterpret_cast<std::uint16_t*>(smem_1024());
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbarrier_init(sm90::smem_u32(&full[s]), 1);
+      sm90::mbarrier_init(sm90::smem_u32(&empty[s]), 128);
+    }
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
+      for (int r = 0; r < kRounds; ++r) {
+        const int s = r % kStages;
+        const std::uint32_t phase = (r / kStages) & 1;
+        wait_or_trap(sm90::smem_u32(&empty[s]), phase ^ 1);
+        sm90::mbarrier_arrive_expect_tx(sm90::smem_u32(&full[s]), 64 * 32 * 2);
+        sm90::tma_load_2d(sm90::smem_u32(tiles + s * 64 * 32), &map, sm90::smem_u32(&full[s]), 0, 32 * r);
+      }
+    }
+  } else {
+    const int c = threadIdx.x - 32;
+    for (int r = 0; r < kRounds; ++r) {
+      const int s = r % kStages;
+      const std::uint32_t phase = (r / kStages) & 1;
+      sm90::mbarrier_wait_parity(sm90::smem_u32(&full[s]), phase);
+      for (int i = 0; i < 16; ++i) out[r * 2048 + c * 16 + i] = tiles[s * 64 * 32 + c * 16 + i];
+      sm90::mbarrier_arrive(sm90::smem_u32(&empty[s]));
+    }
+  }
+}
+
+TEST(PrimitivesSm90, MbarrierTmaRingPhases) {
+  TESSERA_REQUIRE_SM90();
+  constexpr int rows = 32 * kRounds, cols = 64;
+  std::vector<std::uint16_t> src(rows * cols);
+  for (int i = 0; i < rows * cols; ++i) src[i] = static_cast<std::uint16_t>(i * 3 + 7);
+  DeviceBuffer<std::uint16_t> dsrc(src), out(kRounds * 2048);
+  const CUtensorMap map = sm90::make_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT16, dsrc.get(), rows, cols, cols * 2, 32, 64);
+  tma_ring_kernel<<<1, 160, kStages * 64 * 32 * 2 + 1024>>>(map, out.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const auto got = out.read();
+  int bad = 0;
+  for (int r = 0; r < kRounds; ++r)
+    for (int rr = 0; rr < 32; ++rr)
+      for (int c = 0; c < 64; ++c) {
+        const std::uint16_t want = src[(32 * r + rr) * cols + c];
+        if (got[r * 2048 + swz128(rr, c)] != want && ++bad <= 10)
+          ADD_FAILURE() << "round " << r << " row " << rr << " col " << c;
+      }
+  EXPECT_EQ(bad, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma m64nNk16 over K = 64 (four k16 steps, descriptors advanced by 32 bytes), A (64 x 64)
+// and B (N x 64), both K-major. Small integers and halves: every product and partial sum is
+// exact in fp32, so the result must match the host bit for bit.
+
+template <typename T>
+constexpr CUtensorMapDataType map_type() {
+  return Traits<T>::is_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+float a_value(int m, int k) { return static_cast<float>((m * 7 + k * 3) % 9 - 4) * 0.5f; }
+float b_value(int n, int k) { return static_cast<float>((n * 5 + k * 11) % 7 - 3); }
+
+template <typename T>
+std::vector<T> to_type(const std::vector<float>& v) {
+  std::vector<T> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if constexpr (Traits<T>::is_bf16) out[i] = __float2bfloat16(v[i]);
+    else out[i] = __float2half(v[i]);
+  }
+  return out;
+}
+
+// A (rows x 64) and B (N x 64) row-major floats, and the host product C = A * B^T.
+struct GemmCase {
+  int rows, n;
+  std::vector<float> a, b, c;
+  GemmCase(int rows_, int n_) : rows(rows_), n(n_), a(rows_ * 64), b(n_ * 64), c(rows_ * n_) {
+    for (int m = 0; m < rows; ++m)
+      for (int k = 0; k < 64; ++k) a[m * 64 + k] = a_value(m, k);
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < 64; ++k) b[j * 64 + k] = b_value(j, k);
+    for (int m = 0; m < rows; ++m)
+      for (int j = 0; j < n; ++j) {
+        float s = 0.0f;
+        for (int k = 0; k < 64; ++k) s += a[m * 64 + k] * b[j * 64 + k];
+        c[m * n + j] = s;
+      }
+  }
+  void check(const std::vector<float>& got, const char* what) const {
+    int bad = 0;
+    for (int m = 0; m < rows; ++m)
+      for (int j = 0; j < n; ++j)
+        if (got[m * n + j] != c[m * n + j] && ++bad <= 10)
+          ADD_FAILURE() << what << " row " << m << " col " << j << ": got " << got[m * n + j] << ", want "
+                        << c[m * n + j];
+    EXPECT_EQ(bad, 0) << what;
+  }
+};
+
+// Scatters the warpgroup's accumulators (documented layout) into C (64 x N, row-major),
+// rows offset by row0. t = thread index within the warpgroup.
+template <int N>
+__device__ void store_accumulators(const float (&d)[N / 2], float* c, int t, int row0) {
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+    const int r = row0 + 16 * w + g, col = 8 * j + 2 * q;
+    c[r * N + col] = d[4 * j + 0];
+    c[r * N + col + 1] = d[4 * j + 1];
+    c[(r + 8) * N + col] = d[4 * j + 2];
+    c[(r + 8) * N + col + 1] = d[4 * j + 3];
+  }
+}
+
+// A and B by TMA (128-byte swizzle) into shared memory; one warpgroup.
+template <typename T, int N>
+__global__ void wgmma_ss_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                                float* c) {
+  __shared__ alignas(8) std::uint64_t bar;
+  unsigned char* a_tile = smem_1024();
+  unsigned char* b_tile = a_tile + 64 * 128;  // 8192: still 1024-aligned
+  const std::uint32_t b = sm90::smem_u32(&bar);
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(b, 1);
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(b, 64 * 128 + N * 128);
+    sm90::tma_load_2d(sm90::smem_u32(a_tile), &map_a, b, 0, 0);
+    sm90::tma_load_2d(sm90::smem_u32(b_tile), &map_b, b, 0, 0);
+  }
+  wait_or_trap(b, 0);
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = 1000.0f;  // must be ignored: the first step does not accumulate
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const std::uint64_t da = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(a_tile) + 32 * k);
+    const std::uint64_t db = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(b_tile) + 32 * k);
+    sm90::wgmma_ss<N, Traits<T>::is_bf16>(d, da, db, k > 0);
+  }
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::wgmma_fence_operand(d);
+  store_accumulators<N>(d, c, threadIdx.x, 0);
+}
+
+template <typename T, int N>
+void check_wgmma_ss() {
+  const GemmCase g(64, N);
+  DeviceBuffer<T> da(to_type<T>(g.a)), db(to_type<T>(g.b));
+  DeviceBuffer<float> dc(64 * N);
+  const CUtensorMap map_a = sm90::make_tensor_map_2d(map_type<T>(), da.get(), 64, 64, 128, 64, 64);
+  const CUtensorMap map_b = sm90::make_tensor_map_2d(map_type<T>(), db.get(), N, 64, 128, N, 64);
+  wgmma_ss_kernel<T, N><<<1, 128, 64 * 128 + N * 128 + 1024>>>(map_a, map_b, dc.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  g.check(dc.read(), Traits<T>::name);
+}
+
+TEST(PrimitivesSm90, WgmmaSsM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 64>(); }
+TEST(PrimitivesSm90, WgmmaSsM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 64>(); }
+TEST(PrimitivesSm90, WgmmaSsM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 128>(); }
+TEST(PrimitivesSm90, WgmmaSsM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 256>(); }
+
+// A from registers (built from global memory by the documented fragment rule), B written into
+// shared memory by ordinary stores at the swizzled positions, then fence.proxy.async.
+template <typename T, int N>
+__global__ void wgmma_rs_kernel(const float* a, const float* bsrc, float* c) {
+  unsigned char* b_tile = smem_1024();
+  auto* b16 = reinterpret_cast<T*>(b_tile);
+  for (int i = threadIdx.x; i < N * 64; i += blockDim.x) {
+    const int n = i / 64, k = i % 64;
+    if constexpr (Traits<T>::is_bf16) b16[swz128(n, k)] = __float2bfloat16(bsrc[i]);
+    else b16[swz128(n, k)] = __float2half(bsrc[i]);
+  }
+  sm90::fence_proxy_async_shared_cta();
+  __syncthreads();
+  const int t = threadIdx.x, w = t / 32, g = (t % 32) / 4, q = t % 4;
+  auto A = [&](int r, int k) { return a[r * 64 + k]; };
+  std::uint32_t af[4][4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int r = 16 * w + g, k0 = 16 * k + 2 * q;
+    af[k][0] = Traits<T>::pack2(A(r, k0), A(r, k0 + 1));
+    af[k][1] = Traits<T>::pack2(A(r + 8, k0), A(r + 8, k0 + 1));
+    af[k][2] = Traits<T>::pack2(A(r, k0 + 8), A(r, k0 + 9));
+    af[k][3] = Traits<T>::pack2(A(r + 8, k0 + 8), A(r + 8, k0 + 9));
+  }
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = -7.0f;  // ignored (first step does not accumulate)
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const std::uint64_t db = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(b_tile) + 32 * k);
+    sm90::wgmma_rs<N, Traits<T>::is_bf16>(d, af[k], db, k > 0);
+  }
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::wgmma_fence_operand(d);
+  store_accumulators<N>(d, c, t, 0);
+}
+
+template <typename T, int N>
+void check_wgmma_rs() {
+  const GemmCase g(64, N);
+  DeviceBuffer<float> da(g.a), db(g.b), dc(64 * N);
+  wgmma_rs_kernel<T, N><<<1, 128, N * 128 + 1024>>>(da.get(), db.get(), dc.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  g.check(dc.read(), Traits<T>::name);
+}
+
+TEST(PrimitivesSm90, WgmmaRsM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__nv_bfloat16, 64>(); }
+TEST(PrimitivesSm90, WgmmaRsM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__half, 64>(); }
+TEST(PrimitivesSm90, WgmmaRsM64N128Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__nv_bfloat16, 128>(); }
+
+// ---------------------------------------------------------------------------------------------
+// Warp specialisation with setmaxnreg: 384 threads, entry cap from __launch_bounds__(384, 1).
+// Warpgroup 0 (producer) gives registers back and loads A (128 x 64) and B (64 x 64) by TMA;
+// warpgroups 1 and 2 (consumers) take more registers, wait, and each computes 64 rows of
+// C = A * B^T with wgmma m64n64k16 (bf16).
+
+__global__ void __launch_bounds__(384, 1)
+    setmaxnreg_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, float* c,
+                      int* roles) {
+  __shared__ alignas(8) std::uint64_t bar;
+  unsigned char* a_tile = smem_1024();        // 128 rows x 128 bytes
+  unsigned char* b_tile = a_tile + 128 * 128;  // 64 rows x 128 bytes
+  const std::uint32_t b = sm90::smem_u32(&bar);
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(b, 1);
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    sm90::setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      sm90::prefetch_tensor_map(&map_a);
+      sm90::prefetch_tensor_map(&map_b);
+      sm90::mbarrier_arrive_expect_tx(b, 128 * 128 + 64 * 128);
+      sm90::tma_load_2d(sm90::smem_u32(a_tile), &map_a, b, 0, 0);
+      sm90::tma_load_2d(sm90::smem_u32(b_tile), &map_b, b, 0, 0);
+    }
+    roles[threadIdx.x] = 1;
+  } else {
+    sm90::setmaxnreg_inc<232>();
+    const int t = threadIdx.x - 128 * wg, row0 = 64 * (wg - 1);
+    wait_or_trap(b, 0);
+    float d[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const std::uint64_t da = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(a_tile + row0 * 128) + 32 * k);
+      const std::uint64_t db = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(b_tile) + 32 * k);
+      sm90::wgmma_ss<64, true>(d, da, db, true);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::wgmma_fence_operand(d);
+    store_accumulators<64>(d, c, t, row0);
+    roles[threadIdx.x] = 2;
+  }
+}
+
+TEST(PrimitivesSm90, SetmaxnregWarpSpecialised) {
+  TESSERA_REQUIRE_SM90();
+  const GemmCase g(128, 64);
+  DeviceBuffer<__nv_bfloat16> da(to_type<__nv_bfloat16>(g.a)), db(to_type<__nv_bfloat16>(g.b));
+  DeviceBuffer<float> dc(128 * 64);
+  DeviceBuffer<int> roles(384, 0);
+  const CUtensorMap map_a = sm90::make_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, da.get(), 128, 64, 128, 128, 64);
+  const CUtensorMap map_b = sm90::make_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, db.get(), 64, 64, 128, 64, 64);
+  setmaxnreg_kernel<<<1, 384, 128 * 128 + 64 * 128 + 1024>>>(map_a, map_b, dc.get(), roles.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  g.check(dc.read(), "bf16 warp-specialised");
+  const auto r = roles.read();
+  for (int i = 0; i < 384; ++i) EXPECT_EQ(r[i], i < 128 ? 1 : 2) << "thread " << i;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Named barriers: a producer warp (warp 0) fills a shared buffer each round and signals with
+// bar.arrive(1, 160); four consumer warps bar.sync(1, 160), read, and release the buffer with
+// bar.arrive(2, 160), on which the producer bar.sync's before the next round. The consumers
+// also exchange values among themselves through barrier 3 with 128 threads (producer absent).
+
+constexpr int kNbRounds = 4;
+__host__ __device__ constexpr int nb_value(int r, int i) { return r * 1000 + i; }
+
+__global__ void named_barrier_kernel(int* out) {
+  __shared__ int buf[128];
+  __shared__ int ex[128];
+  if (threadIdx.x < 32) {
+    for (int r = 0; r < kNbRounds; ++r) {
+      for (int i = threadIdx.x; i < 128; i += 32) buf[i] = nb_value(r, i);
+      sm90::named_barrier_arrive(1, 160);
+      sm90::named_barrier_sync(2, 160);  // consumers are done reading buf
+    }
+  } else {
+    const int c = threadIdx.x - 32;
+    for (int r = 0; r < kNbRounds; ++r) {
+      sm90::named_barrier_sync(1, 160);
+      const int v = buf[(c * 37) % 128];
+      sm90::named_barrier_arrive(2, 160);
+      ex[c] = v;
+      sm90::named_barrier_sync(3, 128);
+      out[r * 128 + c] = v + ex[(c + 64) % 128];
+      sm90::named_barrier_sync(3, 128);  // everyone read ex before it is rewritten
+    }
+  }
+}
+
+TEST(PrimitivesSm90, NamedBarriersProducerConsumers) {
+  TESSERA_REQUIRE_SM90();
+  DeviceBuffer<int> out(kNbRounds * 128);
+  named_barrier_kernel<<<1, 160>>>(out.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const auto got = out.read();
+  for (int r = 0; r < kNbRounds; ++r)
+    for (int c = 0; c < 128; ++c) {
+      const int want = nb_value(r, (c * 37) % 128) + nb_value(r, (((c + 64) % 128) * 37) % 128);
+      EXPECT_EQ(got[r * 128 + c], want) << "round " << r << " consumer " << c;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Higher ranks: a (2, 3, 4, 8, 64) uint16 tensor, box (1, 1, 2, 8, 64) (innermost last here;
+// the map lists it first), loaded with the 3D, 4D and 5D forms. The box lands as 16 rows of
+// 128 bytes (dimension 1 fastest after the row), swizzled like a 2D box of 16 rows.
+
+constexpr std::uint16_t rank_value(int i) { return static_cast<std::uint16_t>(i * 5 + 3); }
+
+template <int kRank>
+__global__ void tma_load_rank_kernel(const __grid_constant__ CUtensorMap map, std::uint16_t* out) {
+  __shared__ alignas(8) std::uint64_t bar;
+  auto* tile = reinterpret_cast<std::uint16_t*>(smem_1024());
+  const std::uint32_t b = sm90::smem_u32(&bar);
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(b, 1);
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(b, 16 * 64 * 2);
+    const std::uint32_t dst = sm90::smem_u32(tile);
+    // Coordinates (innermost first): col 0, row 0, dim2 = 2 (box of 2: 2..3), dim3 = 1, dim4 = 1.
+    if constexpr (kRank == 3) sm90::tma_load_3d(dst, &map, b, 0, 0, 2);
+    else if constexpr (kRank == 4) sm90::tma_load_4d(dst, &map, b, 0, 0, 2, 1);
+    else sm90::tma_load_5d(dst, &map, b, 0, 0, 2, 1, 1);
+  }
+  wait_or_trap(b, 0);
+  for (int i = threadIdx.x; i < 16 * 64; i += blockDim.x) out[i] = tile[i];
+}
+
+template <int kRank>
+void check_tma_load_rank() {
+  const int n = 2 * 3 * 4 * 8 * 64;
+  std::vector<std::uint16_t> src(n);
+  for (int i = 0; i < n; ++i) src[i] = rank_value(i);
+  DeviceBuffer<std::uint16_t> dsrc(src), out(16 * 64);
+  // Ranks below 5 fold the outer dimensions into the last one listed.
+  std::uint64_t dims[5] = {64, 8, 4, 3, 2};
+  if (kRank == 3) dims[2] = 4 * 3 * 2;
+  if (kRank == 4) dims[3] = 3 * 2;
+  const std::uint64_t strides[4] = {128, 128 * 8, 128 * 8 * 4, 128 * 8 * 4 * 3};
+  const std::uint32_t box[5] = {64, 8, 2, 1, 1};
+  const CUtensorMap map = sm90::make_tensor_map_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT16, kRank, dsrc.get(), dims, strides, box);
+  tma_load_rank_kernel<kRank><<<1, 128, 16 * 64 * 2 + 1024>>>(map, out.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const auto got = out.read();
+  // Box element (d2 in 0..1, row, col) is source element ((outer * 4 + 2 + d2) * 8 + row) * 64
+  // + col, where outer is the flat index of the dimensions beyond 2: (dim4, dim3) = (1, 1) ->
+  // 1 * 3 + 1 for rank 5, dim3 = 1 (of the folded 6) for rank 4, none for rank 3.
+  const int outer = kRank == 5 ? 1 * 3 + 1 : kRank == 4 ? 1 : 0;
+  int bad = 0;
+  for (int d2 = 0; d2 < 2; ++d2)
+    for (int row = 0; row < 8; ++row)
+      for (int col = 0; col < 64; ++col) {
+        const int flat = (((outer * 4 + 2 + d2) * 8 + row) * 64) + col;
+        const int r = d2 * 8 + row;
+        if (got[swz128(r, col)] != src[flat] && ++bad <= 10)
+          ADD_FAILURE() << "rank " << kRank << " d2 " << d2 << " row " << row << " col " << col;
+      }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(PrimitivesSm90, TmaLoadRanks3To5) {
+  TESSERA_REQUIRE_SM90();
+  check_tma_load_rank<3>();
+  check_tma_load_rank<4>();
+  check_tma_load_rank<5>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side of the tensor maps: higher ranks encode, bad arguments are refused by name.
+
+TEST(PrimitivesSm90, TensorMapRanksAndValidation) {
+  TESSERA_REQUIRE_SM90();
+  DeviceBuffer<std::uint16_t> buf(2 * 3 * 4 * 8 * 64, 0);
+  const std::uint64_t dims[5] = {64, 8, 4, 3, 2};
+  const std::uint64_t strides[4] = {128, 128 * 8, 128 * 8 * 4, 128 * 8 * 4 * 3};
+  const std::uint32_t box[5] = {64, 8, 2, 1, 1};
+  for (int rank = 2; rank <= 5; ++rank)
+    EXPECT_NO_THROW(sm90::make_tensor_map_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, buf.get(), dims, strides, box))
+        << "rank " << rank;
+  const std::uint32_t wide[2] = {128, 8};  // 256 bytes > 128-byte swizzle span
+  EXPECT_THROW(sm90::make_tensor_map_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, buf.get(), dims, strides, wide), Error);
+  const std::uint64_t odd[1] = {100};  // not a multiple of 16
+  EXPECT_THROW(sm90::make_tensor_map_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, buf.get(), dims, odd, box), Error);
+}
+
+}  // namespace
+}  // namespace tessera::testing
