@@ -70,6 +70,9 @@ float poison_value(DType dtype);
 // `lse` (optional) receives the row LSE in natural log, packed [h * total_q + row].
 std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse = nullptr);
 struct NaiveGrads { std::vector<double> dq, dk, dv; };
+// The naive backward in the storage precision. When p.lse is set (a backward from the saved
+// LSE, as every kernel here is), P is recomputed as exp(s - lse) from that fp32 LSE, so the
+// baseline carries the same irreducible LSE rounding as the kernel under test.
 NaiveGrads naive_same_precision_backward(const BackwardParams& p);
 
 // max |a - ref| over all entries (both finite); +inf if `a` has a NaN where ref is finite,
