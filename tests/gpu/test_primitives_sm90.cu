@@ -39,6 +39,7 @@ namespace sm90 = tessera::cuda::sm90;
 
 // Bounded mbarrier wait: traps (launch error) instead of hanging when a phase never completes.
 __device__ __forceinline__ void wait_or_trap(std::uint32_t bar, std::uint32_t parity) {
+#pragma unroll 1
   for (long i = 0; i < (1l << 26); ++i)
     if (sm90::mbarrier_try_wait_parity(bar, parity)) return;
   __trap();
