@@ -51,7 +51,7 @@ def test_jax_cpu():
     out = tessera.attention(qb, kb, kb)
     assert out.dtype == jnp.bfloat16
     cu = [0, 4, 9]
-    out = tessera.attention_ragged(jnp.asarray(q[0]), jnp.asarray(k[0]), jnp.asarray(v[0]), cu, [0, 7, 14])
+    out = tessera.attention_ragged(on_cpu(q[0]), on_cpu(k[0]), on_cpu(v[0]), cu, [0, 7, 14])
     assert isinstance(out, jax.Array) and out.shape == q[0].shape
 
 
