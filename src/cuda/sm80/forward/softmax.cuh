@@ -55,7 +55,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 8][4], std::ui
         if (col < r.begin || col >= r.end) s[n][e] = -INFINITY;
       }
   }
-  float m_use[2];
+  float m_use[2], alpha[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx = -INFINITY;
@@ -63,15 +63,22 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 8][4], std::ui
     for (int n = 0; n < kBlockN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
     mx = quad_max(mx);
     // mul > 0, so the max of s * mul is mx * mul (and -inf stays -inf).
-    const float alpha = rows[h].enter_tile(mx * mul);
-#pragma unroll
-    for (int d = 0; d < kHeadDim / 8; ++d) {
-      o[d][2 * h] *= alpha;
-      o[d][2 * h + 1] *= alpha;
-    }
+    alpha[h] = rows[h].enter_tile(mx * mul);
     // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
     // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
     m_use[h] = rows[h].m == -INFINITY ? 0.0f : rows[h].m;
+  }
+  // O rescale only when some row of the warp changed its max: otherwise every alpha is
+  // exactly 1 (exp2(0), or the empty row's 1) and o * 1 == o, so skipping is exact. The vote
+  // keeps the branch warp-uniform; on long rows the max settles and most tiles skip it.
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int d = 0; d < kHeadDim / 8; ++d) {
+      o[d][0] *= alpha[0];
+      o[d][1] *= alpha[0];
+      o[d][2] *= alpha[1];
+      o[d][3] *= alpha[1];
+    }
   }
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll
