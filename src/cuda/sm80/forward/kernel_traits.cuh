@@ -28,7 +28,7 @@ struct FwdTraits {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocks = kHeadDim <= 128 ? 2 : 1;
   static constexpr int kBlockM = kRowsPerWarp * kWarps;
-  static constexpr int kBlockN = kHeadDim == 64 ? 128 : kHeadDim == 128 ? 32 : 64;
+  static constexpr int kBlockN = kHeadDim == 64 ? 128 : 64;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row of 16-bit elements
   static constexpr int kSmemElems = (kBlockM + 2 * kBlockN) * kHeadDim;
   // Q, K, V tiles, then each thread's 2 * kRowAtoms visible key ranges and its warp's fully
