@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
   extern __shared__ __align__(128) unsigned char smem[];
   const std::uint32_t s_base = smem_u32(smem);
   const std::uint32_t sK = s_base + L::kOffK, sV = s_base + L::kOffV;
-  const std::uint32_t sDS = s_base + L::kOffDS, sPT = s_base + L::kOffPT;
+  const std::uint32_t sPT = s_base + L::kOffPT;
   const float* sLse = reinterpret_cast<const float*>(smem + L::kOffLse);
   const float* sDel = reinterpret_cast<const float*>(smem + L::kOffDel);
 
@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
     const int valid = q_len - q0;
     const std::int64_t qoff = b * p.q_batch + (q_row0 + q0) * p.q_row + h * p.q_head;
     const std::int64_t dooff = b * p.do_batch + (q_row0 + q0) * p.do_row + h * p.do_head;
-    load_tile<Br, D, kThreads>(s_base + L::kOffQ + st * L::kTileQ, qg_ptr, qoff, p.q_row, valid, tid);
-    load_tile<Br, D, kThreads>(s_base + L::kOffDO + st * L::kTileQ, dog_ptr, dooff, p.do_row, valid, tid);
+    load_tile<Br, D, kThreads>(s_base + L::kOffQ + st * L::kStage, qg_ptr, qoff, p.q_row, valid, tid);
+    load_tile<Br, D, kThreads>(s_base + L::kOffDO + st * L::kStage, dog_ptr, dooff, p.do_row, valid, tid);
     if (tid < 2 * Br) {
       const int r = tid % Br;
       const bool ok = r < valid;
@@ -252,6 +252,10 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
     load_tile<Bc, D, kThreads>(sV, vg_ptr, voff, p.v_row, kv1 - kv0, tid);
     load_item(0, 0);
     cp_async_commit();
+    if (Stages == 2 && n_items > 1) {
+      load_item(1, 1);
+      cp_async_commit();
+    }
   }
 
   for (int item = 0; item < n_items; ++item) {
@@ -259,19 +263,23 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
     const int h = h0 + item / n_tiles;
     const int it = it0 + item % n_tiles;
     const int q0 = it * Br;
-    if (Stages == 2 && item + 1 < n_items) {
-      load_item(item + 1, st ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
+    if constexpr (Stages == 2) {
+      // One barrier per step: step i+1's tiles are waited for and published by barrier B(i)
+      // below (before the dQ GEMM); only step 0 needs one here.
+      if (item == 0) {
+        if (n_items > 1) cp_async_wait<1>(); else cp_async_wait<0>();
+        __syncthreads();
+      }
     } else {
       cp_async_wait<0>();
+      __syncthreads();
     }
-    __syncthreads();
 
-    const std::uint32_t sQ = s_base + L::kOffQ + st * L::kTileQ;
-    const std::uint32_t sDO = s_base + L::kOffDO + st * L::kTileQ;
+    const std::uint32_t sQ = s_base + L::kOffQ + st * L::kStage;
+    const std::uint32_t sDO = s_base + L::kOffDO + st * L::kStage;
     const float* lse_t = sLse + st * Br;
     const float* del_t = sDel + st * Br;
+    const int ds_off = L::kOffDS + st * L::kStage;  // this step's dS^T buffer
     // Element masking only where the tile is not wholly visible or hangs over k_len.
     const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
 
@@ -384,8 +392,8 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
 #pragma unroll
     for (int n = 0; n < kQCols / 8; ++n) {
       const int off = frag_off ^ (n << 4);
-      *reinterpret_cast<std::uint32_t*>(smem + L::kOffDS + off) = Traits<T>::pack2(dp_acc[n][0], dp_acc[n][1]);
-      *reinterpret_cast<std::uint32_t*>(smem + L::kOffDS + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[n][2], dp_acc[n][3]);
+      *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[n][0], dp_acc[n][1]);
+      *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[n][2], dp_acc[n][3]);
     }
 
     // ---- dK += dS^T Q ----
@@ -403,13 +411,20 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
         asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
         const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-        for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(da[t], sDS + swz<Br>(a_row, 2 * t + (lane >> 4)));
+        for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(da[t], s_base + ds_off + swz<Br>(a_row, 2 * t + (lane >> 4)));
       }
       gemm_ay<kBf16, D, Br, kDCols>(dk_acc, da, sQ, d_col_w, lane);
     }
 
-    __syncthreads();  // dS^T complete; every warp is done with this stage's Q/dO/LSE/D
-    if (Stages == 1 && item + 1 < n_items) {
+    if (Stages == 2 && item + 1 < n_items) cp_async_wait<0>();  // step i+1's tiles (own copies)
+    // Barrier B(i): dS^T complete; every warp is done with this stage's Q/dO/LSE/D; with
+    // Stages = 2 it also publishes step i+1's tiles. The dS^T buffer read below is next
+    // written by step i+2, after B(i+1), which no warp passes before finishing this dQ.
+    __syncthreads();
+    if (Stages == 2 && item + 2 < n_items) {
+      load_item(item + 2, st);  // into the stage this step has finished with
+      cp_async_commit();
+    } else if (Stages == 1 && item + 1 < n_items) {
       load_item(item + 1, 0);
       cp_async_commit();
     }
@@ -423,7 +438,7 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
       for (int n = 0; n < kN / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
       const int mi = lane >> 3;
       // A = dS (m = query, k = KV) read transposed from dS^T; t * 16 rows keep (row & 7).
-      const std::uint32_t a_addr = sDS + swz<Br>((lane & 7) + (mi >> 1) * 8, 2 * wm + (mi & 1));
+      const std::uint32_t a_addr = s_base + ds_off + swz<Br>((lane & 7) + (mi >> 1) * 8, 2 * wm + (mi & 1));
       // Chunk = cb + 2 np + lane bit with cb = wn * kN / 8; cb & 7 is 0, or 4 with np < 2
       // (head_dim 64), so its low bits join the key without carries.
       const int cb = wn * kN / 8;

@@ -41,10 +41,15 @@ struct Layout {
   static constexpr int kTileQ = Br * D * 2;
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + kTileKV;
-  static constexpr int kOffQ = kOffV + kTileKV;                // Stages tiles
-  static constexpr int kOffDO = kOffQ + Stages * kTileQ;       // Stages tiles
-  static constexpr int kOffDS = kOffDO + Stages * kTileQ;      // [Bc][Br]
-  static constexpr int kOffPT = kOffDS + Bc * Br * 2;          // [Bc][Br]
+  static constexpr int kTileDS = Bc * Br * 2;
+  // One block per stage: [Q | dO | dS^T]. dS^T is double-buffered with Stages = 2 so the dQ
+  // GEMM of step i can overlap the next step without a second barrier; keeping it in the
+  // stage block makes every stage-dependent address one register plus an immediate.
+  static constexpr int kStage = 2 * kTileQ + kTileDS;
+  static constexpr int kOffQ = kOffV + kTileKV;                // + st * kStage
+  static constexpr int kOffDO = kOffQ + kTileQ;                // + st * kStage
+  static constexpr int kOffDS = kOffDO + kTileQ;               // + st * kStage, [Bc][Br]
+  static constexpr int kOffPT = kOffQ + Stages * kStage;       // [Bc][Br]
   static constexpr int kOffLse = kOffPT + Bc * Br * 2;         // Stages x Br floats
   static constexpr int kOffDel = kOffLse + Stages * Br * 4;
   static constexpr int kSmem = kOffDel + Stages * Br * 4;
