@@ -30,6 +30,15 @@
 // Merge row m combines, for token merge_row[m] (a global q row), the partial rows
 // merge_partial[merge_indptr[m] .. merge_indptr[m + 1]) in KV order (deterministic).
 //
+// Automatic split (SplitPolicy::automatic): with S = num_sms x kDecodeCtasPerSm resident slots,
+// tiles stay whole when they already give >= S items (tiles x heads_kv), or when no tile is
+// longer than one chunk unit (kKVTile, or the page when pages are multiples of it). Otherwise
+// the chunk is a multiple of the unit chosen, over w = 1..kMaxSplitWaves, as the largest chunk
+// giving <= w S items, keeping only chunks that give >= S items (if none does: one unit) and
+// are no smaller than the workspace allows; among those it takes the least
+// ceil(items / S) x (longest item + kItemOverheadTokens) (the per-CTA critical path of a
+// static round-robin over S slots), the fewest items on ties.
+//
 // Capacity: the fixed part is sized by (max_requests, max_q_tokens); the split region by a
 // number P of partial rows (each split (tile, chunk) takes at least one, so P also bounds the
 // items of split tiles):
@@ -54,6 +63,16 @@ inline constexpr std::uint32_t kPlanVersion = 1;
 inline constexpr int kPackedQRows = 64;  // target query vectors (rows x group) per item
 inline constexpr int kKVTile = 64;       // KV tokens per tile; automatic chunks are multiples
 inline constexpr int kMinSplitSlots = 64;  // default room: (tile, chunk) pairs of full tiles
+// Resident CTAs per SM of the decode-shaped CUDA instance (cuda/batch/kernel_traits.cuh,
+// Traits<128, 4>: 106,624 B of smem + 1 KB reserved, 2 fit in the 228 KB of an sm_90 SM; 128
+// threads). The persistent grid is num_sms x this, CTA x running items x, x + grid, ...; the
+// automatic split counts waves of num_sms x kDecodeCtasPerSm items (docs/perf/decode.md).
+// head_dim 64 fits 3 and 256 fits 1; the head_dim 128 figure is used for all.
+inline constexpr int kDecodeCtasPerSm = 2;
+// Automatic split cost of an item beyond its keys, in KV tokens: the prologue (page lookups,
+// pipeline fill) and the merge of its partial, about one KV tile's streaming time.
+inline constexpr int kItemOverheadTokens = kKVTile;
+inline constexpr int kMaxSplitWaves = 4;  // automatic split: waves of resident slots considered
 inline constexpr std::size_t kAlign = 16;
 
 struct alignas(16) PlanHeader {

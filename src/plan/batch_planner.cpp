@@ -177,13 +177,12 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
     case SplitPolicy::Mode::disabled: chunk = 0; break;
     case SplitPolicy::Mode::fixed: chunk = cfg.split.kv_chunk_tokens; break;
     case SplitPolicy::Mode::automatic: {
-      const std::int64_t target = 2LL * cfg.num_sms;
+      const std::int64_t slots = static_cast<std::int64_t>(kDecodeCtasPerSm) * cfg.num_sms;
       const std::int64_t unit = chunk_unit(cfg.page_size);
-      if (base_items >= target || max_len <= unit) break;
-      // Items and partial rows only fall as the chunk grows, so both bounds are binary searches
-      // over k (chunk = k * unit): the largest chunk that still gives >= target items, but no
-      // smaller than the smallest chunk the workspace can hold.
-      // Chunks are >= unit, so only tiles longer than a unit can split: search over those.
+      if (base_items >= slots || max_len <= unit) break;
+      // Items and partial rows only fall as the chunk grows (chunk = k * unit), so each bound
+      // below is a binary search over k. Chunks are >= unit, so only tiles longer than a unit
+      // can split: search over those.
       auto& longs = scratch.long_tiles;
       longs.clear();
       for (int t = 0; t < num_tiles; ++t) {
@@ -191,6 +190,9 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
         if (tile.kv_end - tile.kv_begin > unit) longs.push_back(tile);
       }
       const int n_long = static_cast<int>(longs.size());
+      auto items_of = [&](std::int64_t k) {
+        return count_splits(longs.data(), n_long, num_tiles, k * unit).chunks * cfg.heads_kv;
+      };
       const std::int64_t k_max = ceil_div(max_len, unit);
       std::int64_t lo = 1, hi = k_max;  // smallest feasible k; k_max is feasible (no split)
       while (lo < hi) {
@@ -198,13 +200,33 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
         if (fits(count_splits(longs.data(), n_long, num_tiles, mid * unit), layout)) hi = mid; else lo = mid + 1;
       }
       const std::int64_t k_feasible = lo;
-      lo = 1, hi = k_max;  // largest k with items >= target (1 when none reaches it)
+      lo = 1, hi = k_max;  // largest k with items >= slots (1 when none reaches it)
       while (lo < hi) {
         const std::int64_t mid = (lo + hi + 1) / 2;
-        if (count_splits(longs.data(), n_long, num_tiles, mid * unit).chunks * cfg.heads_kv >= target) lo = mid;
-        else hi = mid - 1;
+        if (items_of(mid) >= slots) lo = mid; else hi = mid - 1;
       }
-      chunk = std::max(k_feasible, lo) * unit;
+      const std::int64_t k_fill = lo;
+      // Candidates: for w waves, the smallest k (largest chunk) with items <= w * slots, within
+      // [k_feasible, k_fill] (room in the workspace, >= slots items); it falls as w grows, so
+      // each search starts below the last. Cost: waves x (longest item + overhead).
+      std::int64_t best_k = std::max(k_feasible, k_fill);
+      if (k_feasible < k_fill) {
+        std::int64_t best_cost = -1, k_prev = k_fill;
+        for (int w = 1; w <= kMaxSplitWaves; ++w) {
+          lo = k_feasible, hi = k_prev;
+          while (lo < hi) {
+            const std::int64_t mid = (lo + hi) / 2;
+            if (items_of(mid) <= w * slots) hi = mid; else lo = mid + 1;
+          }
+          const std::int64_t k = lo;
+          k_prev = k;
+          const std::int64_t cost =
+              ceil_div(items_of(k), slots) * (std::min(k * unit, max_len) + static_cast<std::int64_t>(kItemOverheadTokens));
+          if (best_cost < 0 || cost < best_cost || (cost == best_cost && k > best_k)) best_k = k, best_cost = cost;
+          if (k == k_feasible) break;  // no smaller chunk is allowed
+        }
+      }
+      chunk = best_k * unit;
       if (chunk >= max_len) chunk = 0;
       break;
     }

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -79,7 +80,13 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
   // Decode-shaped items have <= kDecodeMaxRows packed vectors, hence group <= kDecodeMaxRows.
   if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, 4>(a, max_units, num_sms, p.stream);
-  batch::launch_attention<T, D, 1>(a, max_units, num_sms, p.stream);
+  // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
+  // plan() wrote: when that many rows x group fit the decode shape, no item is prefill-shaped
+  // and the KG = 1 instance (which would only classify units) is not launched. Depends on the
+  // layout only, like the grids, so captured graphs stay valid across plans.
+  const long long max_item_vectors =
+      static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
+  if (max_item_vectors > batch::kDecodeMaxRows) batch::launch_attention<T, D, 1>(a, max_units, num_sms, p.stream);
 }
 
 template <typename T>

@@ -3,8 +3,8 @@
 // chunk, natural-log LSE per chunk) with math::LseMerger, in KV order (deterministic), into
 // out (dtype) and lse. Same arithmetic as the CPU executor's merge pass.
 //
-// One thread per (merge row, query head, 8 dims): 2 x 16-byte loads per partial, one 16-byte
-// store; a grid-stride loop over the count read from the plan header (grid from capacity).
+// One thread per (merge row, query head, 8 dims): 2 x 16-byte loads per partial (issued 8
+// partials at a time), one 16-byte store; a grid-stride loop over the count read from the plan header (grid from capacity).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -20,6 +20,7 @@ namespace tessera::cuda::batch {
 namespace {
 
 constexpr int kMergeThreads = 256;
+constexpr int kBatch = 8;  // partials whose loads are in flight together
 
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ BatchArgs a, int head_dim) {
@@ -36,17 +37,33 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
     const int e0 = a.merge_indptr[m], e1 = a.merge_indptr[m + 1];
     math::LseMerger merger;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int e = e0; e < e1; ++e) {
-      const long long prow = a.merge_partial[e];
-      float scale_old, weight_new;
-      merger.add(a.partial_lse[prow * a.heads_q + h], &scale_old, &weight_new);
-      if (weight_new == 0.0f) continue;  // empty partial: its O is 0 and changes nothing
-      const float* src = a.partial_o + (prow * a.heads_q + h) * head_dim + 8 * c;
-      const float4 x0 = *reinterpret_cast<const float4*>(src);
-      const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-      const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    // Batches of kBatch partials: every load of a batch is issued before the first one is
+    // used (a long split, e.g. 33 partials, would otherwise pay one dependent round trip per
+    // partial); the merge itself stays sequential in KV order, as on the CPU.
+    for (int e = e0; e < e1; e += kBatch) {
+      const int n = min(kBatch, e1 - e);
+      long long prow[kBatch];
 #pragma unroll
-      for (int d = 0; d < 8; ++d) acc[d] = acc[d] * scale_old + weight_new * x[d];
+      for (int i = 0; i < kBatch; ++i) prow[i] = i < n ? a.merge_partial[e + i] : a.merge_partial[e];
+      float lse[kBatch];
+      float4 x0[kBatch], x1[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        lse[i] = a.partial_lse[prow[i] * a.heads_q + h];
+        const float* src = a.partial_o + (prow[i] * a.heads_q + h) * head_dim + 8 * c;
+        x0[i] = *reinterpret_cast<const float4*>(src);
+        x1[i] = *reinterpret_cast<const float4*>(src + 4);
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        if (i >= n) break;
+        float scale_old, weight_new;
+        merger.add(lse[i], &scale_old, &weight_new);
+        if (weight_new == 0.0f) continue;  // empty partial: its O is 0 and changes nothing
+        const float x[8] = {x0[i].x, x0[i].y, x0[i].z, x0[i].w, x1[i].x, x1[i].y, x1[i].z, x1[i].w};
+#pragma unroll
+        for (int d = 0; d < 8; ++d) acc[d] = acc[d] * scale_old + weight_new * x[d];
+      }
     }
     const float sc = merger.output_scale();
     const long long token = a.merge_row[m];
