@@ -55,12 +55,23 @@ def ceilings(reps, rows):
     torch.cuda.empty_cache()
 
 
+def tessera_module():
+    """tessera's Python module when importable (PYTHONPATH=build/python): timed in this same
+    process on the same tensors, so its rows sit beside the peers'."""
+    try:
+        import tessera
+        return tessera if tessera.cuda_available() else None
+    except ImportError:
+        return None
+
+
 def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     backends = [("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)]
+    ts = tessera_module()
     for d in head_dims:
         heads = 2048 // d
         for s in seqs:
@@ -90,6 +101,21 @@ def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward):
                                                  tflops=2.5 * flops / ms / 1e9, gbps=0))
                     except Exception as e:  # a backend may not support a shape
                         print(f"# {name} d={d} s={s} causal={causal}: {type(e).__name__}: {e}", file=sys.stderr)
+                if ts is not None:
+                    # tessera takes the (batch, seq, heads, d) storage itself.
+                    qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
+                    ms = time_ms(lambda: ts.attention(qs, ks, vs, causal=causal), reps)
+                    rows.append(dict(suite="forward", backend="tessera_py", dtype=dtype_name, head_dim=d, seq=s,
+                                     batch=batch, heads=heads, causal=int(causal), ms=ms,
+                                     tflops=flops / ms / 1e9, gbps=0))
+                    if backward:
+                        qg, kg, vg = (t.detach().requires_grad_() for t in (qs, ks, vs))
+                        o = ts.attention(qg, kg, vg, causal=causal)
+                        g = torch.randn_like(o)
+                        ms = time_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), g, retain_graph=True), reps)
+                        rows.append(dict(suite="backward", backend="tessera_py", dtype=dtype_name, head_dim=d,
+                                         seq=s, batch=batch, heads=heads, causal=int(causal), ms=ms,
+                                         tflops=2.5 * flops / ms / 1e9, gbps=0))
             del q, k, v
             torch.cuda.empty_cache()
 
