@@ -214,15 +214,6 @@ void expect_close(const Outputs& got, const Oracle& o, const std::string& what) 
   EXPECT_LE(err_l, o.tol_l) << what;
 }
 
-AttentionOptions opts(bool causal, int left = -1, int right = -1, float softcap = 0.0f) {
-  AttentionOptions o;
-  o.causal = causal;
-  o.window_left = left;
-  o.window_right = right;
-  o.softcap = softcap;
-  return o;
-}
-
 // Mixed batches: prefill chunks of several tiles, decode tokens, kv_len 0 and 1, q_len 0,
 // q_len > kv_len (top rows fully masked under causal).
 const std::vector<int> kMixedQ{7, 1, 1, 0, 33, 1, 5, 2, 70};

@@ -21,37 +21,6 @@
 namespace tessera::testing {
 namespace {
 
-AttentionOptions opts(bool causal, int left = -1, int right = -1, float softcap = 0.0f) {
-  AttentionOptions o;
-  o.causal = causal;
-  o.window_left = left;
-  o.window_right = right;
-  o.softcap = softcap;
-  return o;
-}
-
-CaseSpec dense(DType dt, int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad = 0) {
-  CaseSpec s;
-  s.dtype = dt;
-  s.batch = batch;
-  s.seq_q = sq;
-  s.seq_k = sk;
-  s.heads_q = hq;
-  s.heads_kv = hkv;
-  s.head_dim = d;
-  s.options = o;
-  s.row_pad = pad;
-  return s;
-}
-
-CaseSpec ragged(DType dt, std::vector<int> ql, std::vector<int> kl, int hq, int hkv, int d, AttentionOptions o,
-                std::int64_t pad = 0) {
-  CaseSpec s = dense(dt, 0, 0, 0, hq, hkv, d, o, pad);
-  s.q_lens = std::move(ql);
-  s.k_lens = std::move(kl);
-  return s;
-}
-
 // A host AttentionCase mirrored on the GPU.
 struct GpuBwdCase {
   AttentionCase host;

@@ -341,15 +341,6 @@ void check(const Spec& s) {
   }
 }
 
-AttentionOptions opts(bool causal, int left = -1, int right = -1, float softcap = 0.0f) {
-  AttentionOptions o;
-  o.causal = causal;
-  o.window_left = left;
-  o.window_right = right;
-  o.softcap = softcap;
-  return o;
-}
-
 const SplitPolicy kAuto{};
 const SplitPolicy kOff{SplitPolicy::Mode::disabled, 0};
 SplitPolicy fixed(int n) { return {SplitPolicy::Mode::fixed, n}; }

@@ -18,30 +18,6 @@
 namespace tessera::testing {
 namespace {
 
-AttentionOptions opts(bool causal, int left = -1, int right = -1, float softcap = 0.0f) {
-  AttentionOptions o;
-  o.causal = causal;
-  o.window_left = left;
-  o.window_right = right;
-  o.softcap = softcap;
-  o.return_lse = true;
-  return o;
-}
-
-CaseSpec dense(DType dt, int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad = 0) {
-  CaseSpec s;
-  s.dtype = dt;
-  s.batch = batch;
-  s.seq_q = sq;
-  s.seq_k = sk;
-  s.heads_q = hq;
-  s.heads_kv = hkv;
-  s.head_dim = d;
-  s.options = o;
-  s.row_pad = pad;
-  return s;
-}
-
 struct NaiveRun {
   AttentionCase host;
   DeviceTensor q, k, v, out, lse;

@@ -601,4 +601,35 @@ std::vector<double> AttentionCase::dv_packed() const {
   return gather_rows(dv, p.dv, p.dtype, p.batch, st, ln, p.heads_kv, p.head_dim, p.ragged());
 }
 
+AttentionOptions opts(bool causal, int left, int right, float softcap) {
+  AttentionOptions o;
+  o.causal = causal;
+  o.window_left = left;
+  o.window_right = right;
+  o.softcap = softcap;
+  return o;
+}
+
+CaseSpec dense(DType dt, int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad) {
+  CaseSpec s;
+  s.dtype = dt;
+  s.batch = batch;
+  s.seq_q = sq;
+  s.seq_k = sk;
+  s.heads_q = hq;
+  s.heads_kv = hkv;
+  s.head_dim = d;
+  s.options = o;
+  s.row_pad = pad;
+  return s;
+}
+
+CaseSpec ragged(DType dt, std::vector<int> ql, std::vector<int> kl, int hq, int hkv, int d, AttentionOptions o,
+                std::int64_t pad) {
+  CaseSpec s = dense(dt, 0, 0, 0, hq, hkv, d, o, pad);
+  s.q_lens = std::move(ql);
+  s.k_lens = std::move(kl);
+  return s;
+}
+
 }  // namespace tessera::testing

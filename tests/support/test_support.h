@@ -121,6 +121,12 @@ struct CaseSpec {
 // gtest prints a spec by its name instead of its bytes.
 inline void PrintTo(const CaseSpec& s, std::ostream* os) { *os << s.name(); }
 
+// Short builders for test grids.
+AttentionOptions opts(bool causal, int left = -1, int right = -1, float softcap = 0.0f);
+CaseSpec dense(DType dt, int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad = 0);
+CaseSpec ragged(DType dt, std::vector<int> ql, std::vector<int> kl, int hq, int hkv, int d, AttentionOptions o,
+                std::int64_t pad = 0);
+
 struct AttentionCase {
   AttentionCase(const CaseSpec& spec, std::mt19937_64& rng);
 
