@@ -11,9 +11,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bench_registry.h"
@@ -36,12 +40,12 @@ double cuda_median_ms(const std::function<void()>& fn, double min_time) {
   std::vector<double> ms;
   double total = 0;
   while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
-    cudaEventRecord(a);
+    check(cudaEventRecord(a), "cudaEventRecord");
     fn();
-    cudaEventRecord(b);
+    check(cudaEventRecord(b), "cudaEventRecord");
     check(cudaEventSynchronize(b), "timed run");
     float t = 0;
-    cudaEventElapsedTime(&t, a, b);
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
     ms.push_back(t);
     total += t;
   }
@@ -173,91 +177,165 @@ void run_dense(const Context& ctx, const Emit& emit, bool backward) {
 
 // ---------------------------------------------------------------------------------------------
 // Paged batches through BatchAttention (run() timed; plan() once before).
+// GQA 32/8, head dim 128, page size 16, bf16; K, V and q filled with random values.
+
+constexpr int kHq = 32, kHkv = 8, kD = 128, kPs = 16;
+
+// A paged cache, page table, q and out on the device for one batch of (q_len, kv_len).
+struct PagedSetup {
+  std::vector<std::int32_t> q_lens, kv_lens;
+  std::int64_t batch = 0, total_q = 0, kv_total = 0, kv_max = 0, q_max = 0;
+  int pages = 0;
+  DeviceBuffer kc, vc, q, o, indptr, indices, last;
+  PagedKVCache cache;
+  PageTable table;
+  Tensor tq, to;
+
+  PagedSetup(const Device& dev, std::vector<std::int32_t> ql, std::vector<std::int32_t> kl, std::uint64_t seed)
+      : q_lens(std::move(ql)), kv_lens(std::move(kl)) {
+    const DType dt = DType::bf16;
+    batch = static_cast<std::int64_t>(q_lens.size());
+    for (std::size_t i = 0; i < q_lens.size(); ++i) {
+      pages += (kv_lens[i] + kPs - 1) / kPs;
+      total_q += q_lens[i];
+      kv_total += kv_lens[i];
+      kv_max = std::max<std::int64_t>(kv_max, kv_lens[i]);
+      q_max = std::max<std::int64_t>(q_max, q_lens[i]);
+    }
+    PagePool pool(pages, kPs);
+    std::vector<int> seqs;
+    for (std::int32_t len : kv_lens) {
+      seqs.push_back(pool.create_sequence());
+      pool.append_tokens(seqs.back(), len);
+    }
+    HostPageTable t = pool.page_table(seqs);
+    // Shuffle nothing: the pool hands out pages in order, which is what a fresh server does.
+    const std::size_t page_bytes = static_cast<std::size_t>(kPs) * kHkv * kD * 2;
+    const std::size_t q_bytes = static_cast<std::size_t>(total_q) * kHq * kD * 2;
+    kc = DeviceBuffer(dev, page_bytes * pages);
+    vc = DeviceBuffer(dev, page_bytes * pages);
+    q = DeviceBuffer(dev, q_bytes);
+    o = DeviceBuffer(dev, q_bytes);
+    indptr = DeviceBuffer(dev, t.kv_indptr.size() * 4);
+    indices = DeviceBuffer(dev, t.kv_indices.size() * 4);
+    last = DeviceBuffer(dev, t.kv_last_page_len.size() * 4);
+    fill_random(kc, dt, seed + 1);
+    fill_random(vc, dt, seed + 2);
+    fill_random(q, dt, seed + 3);
+    indptr.upload(t.kv_indptr.data(), indptr.bytes());
+    indices.upload(t.kv_indices.data(), indices.bytes());
+    last.upload(t.kv_last_page_len.data(), last.bytes());
+    check(cudaDeviceSynchronize(), "paged setup");
+    cache.k_pages = Tensor(kc.data(), dt, {pages, kPs, kHkv, kD}, dev);
+    cache.v_pages = Tensor(vc.data(), dt, {pages, kPs, kHkv, kD}, dev);
+    table.kv_indptr = Tensor(indptr.data(), DType::i32, {batch + 1}, dev);
+    table.kv_indices = Tensor(indices.data(), DType::i32, {static_cast<std::int64_t>(t.kv_indices.size())}, dev);
+    table.kv_last_page_len = Tensor(last.data(), DType::i32, {batch}, dev);
+    tq = Tensor(q.data(), dt, {total_q, kHq, kD}, dev);
+    to = Tensor(o.data(), dt, {total_q, kHq, kD}, dev);
+  }
+
+  BatchConfig config(SplitPolicy::Mode split = SplitPolicy::Mode::automatic) const {
+    return batch_config(static_cast<int>(batch), static_cast<int>(total_q), split);
+  }
+  static BatchConfig batch_config(int max_requests, int max_q_tokens, SplitPolicy::Mode split) {
+    BatchConfig cfg;
+    cfg.heads_q = kHq;
+    cfg.heads_kv = kHkv;
+    cfg.head_dim = kD;
+    cfg.dtype = DType::bf16;
+    cfg.page_size = kPs;
+    cfg.options.causal = true;
+    cfg.split.mode = split;
+    cfg.max_requests = max_requests;
+    cfg.max_q_tokens = max_q_tokens;
+    return cfg;
+  }
+  std::string shape() const {
+    return "n" + std::to_string(batch) + " q" + std::to_string(total_q) + " kv" + std::to_string(kv_total) +
+           " h32/8 d128 p16";
+  }
+  // Visible (query, key) pairs under the bottom-right causal mask.
+  double causal_pairs() const {
+    double pairs = 0;
+    for (std::size_t i = 0; i < q_lens.size(); ++i)
+      for (int row = 0; row < q_lens[i]; ++row) pairs += std::min<double>(kv_lens[i], row + kv_lens[i] - q_lens[i] + 1);
+    return pairs;
+  }
+  double kv_bytes() const { return 2.0 * kv_total * kHkv * kD * 2; }  // K + V read once
+};
+
+// A planned BatchAttention with its own workspace over one PagedSetup.
+struct PlannedBatch {
+  BatchAttention attn;
+  DeviceBuffer ws;
+  Workspace w;
+  PlannedBatch(const PagedSetup& p, const Device& dev, SplitPolicy::Mode split = SplitPolicy::Mode::automatic)
+      : attn(p.config(split)) {
+    const DeviceFacts facts = query_device(dev);
+    ws = DeviceBuffer(dev, BatchAttention::workspace_size(attn.config(), facts));
+    w = Workspace{ws.data(), ws.bytes(), dev};
+    attn.plan(p.q_lens, p.kv_lens, facts, w);
+    check(cudaDeviceSynchronize(), "plan");
+  }
+  void run(const PagedSetup& p) const { attn.run(p.tq, p.cache, p.table, p.to, Tensor(), w); }
+};
+
+void fill_keys(Row& r, const PagedSetup& p) {
+  r.kind = p.q_max == 1 ? "decode" : "mixed";
+  r.dtype = DType::bf16;
+  r.head_dim = kD;
+  r.seq = static_cast<int>(p.kv_max);
+  r.batch = static_cast<int>(p.batch);
+  r.heads = kHq;
+  r.causal = p.q_max > 1;
+}
+
+// A failed case (e.g. out of memory) becomes a "not run" row; the error is cleared so the
+// next case starts clean (a sticky kernel fault would fail the next CUDA call and say so).
+Row not_run(Row r, const std::exception& e) {
+  r.seconds = 0;
+  r.flops = r.bytes = 0;
+  r.note = std::string("not run: ") + e.what();
+  cudaGetLastError();
+  return r;
+}
+
+// The CSV backend column is the driver's ("tessera_cuda") unless Row has a `backend` field;
+// without one, the case goes into the suite column instead so the CSV rows stay distinct.
+template <class R, class = void>
+struct HasBackend : std::false_type {};
+template <class R>
+struct HasBackend<R, std::void_t<decltype(std::declval<R&>().backend)>> : std::true_type {};
+template <class R>
+void set_backend(R& r, const std::string& backend, const std::string& fallback_kind) {
+  if constexpr (HasBackend<R>::value)
+    r.backend = backend;
+  else
+    r.kind = fallback_kind;
+}
 
 Row paged_case(const Context& ctx, const std::string& name, const std::vector<std::int32_t>& q_lens,
                const std::vector<std::int32_t>& kv_lens) {
-  const Device dev = ctx.device;
-  const int hq = 32, hkv = 8, d = 128, ps = 16;
-  const DType dt = DType::bf16;
-  int pages = 0;
-  std::int64_t total_q = 0, kv_total = 0, kv_max = 0, q_max = 0;
-  for (std::size_t i = 0; i < q_lens.size(); ++i) {
-    pages += (kv_lens[i] + ps - 1) / ps;
-    total_q += q_lens[i];
-    kv_total += kv_lens[i];
-    kv_max = std::max<std::int64_t>(kv_max, kv_lens[i]);
-    q_max = std::max<std::int64_t>(q_max, q_lens[i]);
-  }
-  PagePool pool(pages, ps);
-  std::vector<int> seqs;
-  for (std::int32_t len : kv_lens) {
-    seqs.push_back(pool.create_sequence());
-    pool.append_tokens(seqs.back(), len);
-  }
-  HostPageTable t = pool.page_table(seqs);
-  // Shuffle nothing: the pool hands out pages in order, which is what a fresh server does.
-  const std::size_t page_bytes = static_cast<std::size_t>(ps) * hkv * d * 2;
-  DeviceBuffer kc(dev, page_bytes * pages), vc(dev, page_bytes * pages), q(dev, total_q * hq * d * 2),
-      o(dev, total_q * hq * d * 2), indptr(dev, t.kv_indptr.size() * 4), indices(dev, t.kv_indices.size() * 4),
-      last(dev, t.kv_last_page_len.size() * 4);
-  fill_random(kc, dt, 21);
-  fill_random(vc, dt, 22);
-  fill_random(q, dt, 23);
-  indptr.upload(t.kv_indptr.data(), indptr.bytes());
-  indices.upload(t.kv_indices.data(), indices.bytes());
-  last.upload(t.kv_last_page_len.data(), last.bytes());
-  PagedKVCache cache;
-  cache.k_pages = Tensor(kc.data(), dt, {pages, ps, hkv, d}, dev);
-  cache.v_pages = Tensor(vc.data(), dt, {pages, ps, hkv, d}, dev);
-  PageTable table;
-  const std::int64_t batch = static_cast<std::int64_t>(q_lens.size());
-  table.kv_indptr = Tensor(indptr.data(), DType::i32, {batch + 1}, dev);
-  table.kv_indices = Tensor(indices.data(), DType::i32, {static_cast<std::int64_t>(t.kv_indices.size())}, dev);
-  table.kv_last_page_len = Tensor(last.data(), DType::i32, {batch}, dev);
-
-  BatchConfig cfg;
-  cfg.heads_q = hq;
-  cfg.heads_kv = hkv;
-  cfg.head_dim = d;
-  cfg.dtype = dt;
-  cfg.page_size = ps;
-  cfg.options.causal = true;
-  cfg.max_requests = static_cast<int>(batch);
-  cfg.max_q_tokens = static_cast<int>(total_q);
-  const DeviceFacts facts = query_device(dev);
-  DeviceBuffer ws(dev, BatchAttention::workspace_size(cfg, facts));
-  const Workspace w{ws.data(), ws.bytes(), dev};
-  BatchAttention attn(cfg);
-  const Tensor tq(q.data(), dt, {total_q, hq, d}, dev), to(o.data(), dt, {total_q, hq, d}, dev);
-
   Row r;
   r.name = name;
-  r.shape = "n" + std::to_string(batch) + " q" + std::to_string(total_q) + " kv" + std::to_string(kv_total) +
-            " h32/8 d128 p16";
-  r.kind = q_max == 1 ? "decode" : "mixed";
-  r.dtype = dt;
-  r.head_dim = d;
-  r.seq = static_cast<int>(kv_max);
-  r.batch = static_cast<int>(batch);
-  r.heads = hq;
-  r.causal = q_max > 1;
   try {
-    attn.plan(q_lens, kv_lens, facts, w);
-    const double ms = cuda_median_ms([&] { attn.run(tq, cache, table, to, Tensor(), w); }, ctx.min_time);
+    PagedSetup p(ctx.device, q_lens, kv_lens, 20);
+    r.shape = p.shape();
+    fill_keys(r, p);
+    PlannedBatch b(p, ctx.device);
+    const double ms = cuda_median_ms([&] { b.run(p); }, ctx.min_time);
     r.seconds = ms * 1e-3;
-    if (q_max == 1) {
-      r.bytes = 2.0 * kv_total * hkv * d * 2;
+    if (p.q_max == 1) {
+      r.bytes = p.kv_bytes();
       r.note = "run() only, bytes of K+V; ";
     } else {
-      double pairs = 0;  // bottom-right causal
-      for (std::size_t i = 0; i < q_lens.size(); ++i)
-        for (int row = 0; row < q_lens[i]; ++row) pairs += std::min<double>(kv_lens[i], row + kv_lens[i] - q_lens[i] + 1);
-      r.flops = 4.0 * hq * d * pairs;
+      r.flops = 4.0 * kHq * kD * p.causal_pairs();
       r.note = "run() only, exact causal pairs; ";
     }
-    r.note += std::to_string(attn.planned_work_items()) + " work items";
+    r.note += std::to_string(b.attn.planned_work_items()) + " work items";
   } catch (const std::exception& e) {
-    r.note = std::string("not run: ") + e.what();
+    return not_run(r, e);
   }
   return r;
 }
@@ -286,6 +364,175 @@ void run_mixed(const Context& ctx, const Emit& emit) {
   emit(paged_case(ctx, "mixed bf16 8 chunks+128 dec", q_lens, kv_lens));
 }
 
+// Batch 1: automatic KV split vs one chunk per request, same cache, same plan() otherwise.
+void run_split(const Context& ctx, const Emit& emit) {
+  const std::vector<int> kvs = ctx.quick ? std::vector<int>{131072} : std::vector<int>{131072, 32768};
+  for (int kv : kvs) {
+    Row base;
+    try {
+      PagedSetup p(ctx.device, {1}, {kv}, 30);
+      base.shape = p.shape();
+      fill_keys(base, p);
+      base.note = "";
+      for (SplitPolicy::Mode mode : {SplitPolicy::Mode::automatic, SplitPolicy::Mode::disabled}) {
+        const bool automatic = mode == SplitPolicy::Mode::automatic;
+        Row r = base;
+        r.name = automatic ? "decode b1 split=auto" : "decode b1 split=off";
+        if (automatic)
+          set_backend(r, "tessera_split_auto", "decode");
+        else
+          set_backend(r, "tessera_split_off", "decode_nosplit");
+        try {
+          PlannedBatch b(p, ctx.device, mode);
+          const double ms = cuda_median_ms([&] { b.run(p); }, ctx.min_time);
+          r.seconds = ms * 1e-3;
+          r.bytes = p.kv_bytes();
+          r.note = "run() only, bytes of K+V; " + std::to_string(b.attn.planned_work_items()) + " work items, " +
+                   std::to_string(b.attn.planned_splits(0)) + " KV chunks";
+        } catch (const std::exception& e) {
+          r = not_run(r, e);
+        }
+        emit(r);
+      }
+    } catch (const std::exception& e) {  // the cache itself did not fit
+      base.name = "decode b1 kv" + std::to_string(kv);
+      emit(not_run(base, e));
+    }
+  }
+}
+
+// The same work as one mixed BatchAttention batch (a) and as two batches, prefill chunks and
+// decode tokens, each planned into its own workspace over its own cache (b). run() timed:
+// (a) one run(), (b) both run()s back to back between the same events.
+void run_mixed_vs_separate(const Context& ctx, const Emit& emit) {
+  const int chunks = 8, chunk_q = 512, decodes = 128, ctx_len = 4096;
+  std::vector<std::int32_t> pre_q(chunks, chunk_q), pre_kv(chunks, ctx_len), dec_q(decodes, 1),
+      dec_kv(decodes, ctx_len);
+  std::vector<std::int32_t> all_q = pre_q, all_kv = pre_kv;
+  all_q.insert(all_q.end(), dec_q.begin(), dec_q.end());
+  all_kv.insert(all_kv.end(), dec_kv.begin(), dec_kv.end());
+
+  Row base;
+  base.kind = "mixed_vs_separate";
+  base.dtype = DType::bf16;
+  base.head_dim = kD;
+  base.seq = ctx_len;
+  base.batch = chunks + decodes;
+  base.heads = kHq;
+  base.causal = true;
+  base.shape = "8x512q/4k + 128x1q/4k h32/8 d128 p16";
+  double pairs = 0;
+  double ms_mixed = 0;
+
+  Row a = base;
+  a.name = "mixed: one batch";
+  set_backend(a, "tessera_mixed", "mixed_vs_separate_mixed");
+  try {
+    PagedSetup p(ctx.device, all_q, all_kv, 40);
+    pairs = p.causal_pairs();
+    PlannedBatch b(p, ctx.device);
+    ms_mixed = cuda_median_ms([&] { b.run(p); }, ctx.min_time);
+    a.seconds = ms_mixed * 1e-3;
+    a.flops = 4.0 * kHq * kD * pairs;
+    a.note = "(a) run() only, exact causal pairs; " + std::to_string(b.attn.planned_work_items()) + " work items";
+  } catch (const std::exception& e) {
+    a = not_run(a, e);
+    ms_mixed = 0;
+  }
+  emit(a);
+
+  Row r = base;
+  r.name = "mixed: prefill + decode";
+  set_backend(r, "tessera_separate", "mixed_vs_separate_separate");
+  try {
+    PagedSetup pp(ctx.device, pre_q, pre_kv, 40);
+    PagedSetup pd(ctx.device, dec_q, dec_kv, 50);
+    if (pairs == 0) pairs = pp.causal_pairs() + pd.causal_pairs();
+    PlannedBatch bp(pp, ctx.device), bd(pd, ctx.device);
+    const double ms_both = cuda_median_ms(
+        [&] {
+          bp.run(pp);
+          bd.run(pd);
+        },
+        ctx.min_time);
+    const double ms_pre = cuda_median_ms([&] { bp.run(pp); }, ctx.min_time * 0.5);
+    const double ms_dec = cuda_median_ms([&] { bd.run(pd); }, ctx.min_time * 0.5);
+    r.seconds = ms_both * 1e-3;
+    r.flops = 4.0 * kHq * kD * pairs;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "(b) 2 run()s: prefill %.3f ms + decode %.3f ms alone; (b)/(a) = %s", ms_pre, ms_dec,
+                  ms_mixed > 0 ? (std::to_string(ms_both / ms_mixed).substr(0, 5) + "x").c_str() : "-");
+    r.note = buf;
+  } catch (const std::exception& e) {
+    r = not_run(r, e);
+  }
+  emit(r);
+}
+
+// Host time of plan() on the CUDA workspace path: host planning plus enqueueing the plan's
+// copy to the workspace (cudaMemcpyAsync on the default stream). The stream is drained after
+// each call, outside the timed span, so copies never queue up.
+void run_plan_time(const Context& ctx, const Emit& emit) {
+  struct C { const char* name; int prefill; };
+  const std::vector<C> cases = {{"plan 256 dec", 0}, {"plan 8 chunks+248 dec", 8}};
+  for (const C& c : cases) {
+    const int n = 256;
+    std::vector<std::int32_t> q_lens, kv_lens;
+    std::mt19937_64 rng(99);
+    std::uniform_int_distribution<int> len(1024, 32768);
+    std::int64_t total_q = 0;
+    int kv_max = 0;
+    for (int i = 0; i < n; ++i) {
+      const bool pre = i < c.prefill;
+      q_lens.push_back(pre ? 512 : 1);
+      kv_lens.push_back(pre ? 512 * (i + 1) : len(rng));
+      total_q += q_lens.back();
+      kv_max = std::max(kv_max, kv_lens.back());
+    }
+    Row r;
+    r.name = c.name;
+    r.shape = "n256 q" + std::to_string(total_q) + " h32/8 d128 p16";
+    r.kind = "plan";
+    r.dtype = DType::bf16;
+    r.head_dim = kD;
+    r.seq = kv_max;
+    r.batch = n;
+    r.heads = kHq;
+    r.causal = true;
+    try {
+      const BatchConfig cfg = PagedSetup::batch_config(n, static_cast<int>(total_q), SplitPolicy::Mode::automatic);
+      const DeviceFacts facts = query_device(ctx.device);
+      DeviceBuffer ws(ctx.device, BatchAttention::workspace_size(cfg, facts));
+      const Workspace w{ws.data(), ws.bytes(), ctx.device};
+      BatchAttention attn(cfg);
+      for (int i = 0; i < 20; ++i) attn.plan(q_lens, kv_lens, facts, w);  // warm-up
+      check(cudaDeviceSynchronize(), "plan warm-up");
+      std::vector<double> us;
+      double total = 0;
+      const double budget = std::min(ctx.min_time, 0.5);
+      while (us.size() < 5000 && (us.size() < 200 || total < budget)) {
+        const double t0 = now_seconds();
+        attn.plan(q_lens, kv_lens, facts, w);
+        const double t = now_seconds() - t0;
+        check(cudaStreamSynchronize(nullptr), "plan copy");
+        us.push_back(t * 1e6);
+        total += t;
+      }
+      std::sort(us.begin(), us.end());
+      const std::size_t m = us.size();
+      const double med = m % 2 ? us[m / 2] : 0.5 * (us[m / 2 - 1] + us[m / 2]);
+      r.seconds = med * 1e-6;
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "plan() host time %.1f us median of %zu (CSV ms column = ms); %d work items", med,
+                    m, attn.planned_work_items());
+      r.note = buf;
+    } catch (const std::exception& e) {
+      r = not_run(r, e);
+    }
+    emit(r);
+  }
+}
+
 }  // namespace
 
 TESSERA_BENCH_CEILINGS(cuda, {DeviceKind::cuda, measure_cuda_ceilings});
@@ -295,6 +542,11 @@ TESSERA_BENCH_SUITE(cuda_backward, {"cuda.backward", DeviceKind::cuda, "dense ba
                                     [](const Context& c, const Emit& e) { run_dense(c, e, true); }});
 TESSERA_BENCH_SUITE(cuda_decode, {"cuda.decode", DeviceKind::cuda, "paged decode, GQA 32/8, d128: 1x128k .. 256x2k (bytes of K+V per second)", run_decode});
 TESSERA_BENCH_SUITE(cuda_mixed, {"cuda.mixed", DeviceKind::cuda, "one paged batch of 8 prefill chunks and 128 decode tokens", run_mixed});
+TESSERA_BENCH_SUITE(cuda_split, {"cuda.split", DeviceKind::cuda, "decode batch 1 (128k, 32k): SplitPolicy automatic vs disabled (GB/s of K+V)", run_split});
+TESSERA_BENCH_SUITE(cuda_mixed_vs_separate, {"cuda.mixed_vs_separate", DeviceKind::cuda,
+                                             "8x512 prefill chunks + 128 decode at 4k: one mixed batch vs two batches (run() times)",
+                                             run_mixed_vs_separate});
+TESSERA_BENCH_SUITE(cuda_plan, {"cuda.plan", DeviceKind::cuda, "plan() host time for 256 requests, CUDA workspace (planning + copy enqueue)", run_plan_time});
 
 }  // namespace tessera::app::bench
 
