@@ -137,8 +137,15 @@ __device__ __forceinline__ void gemm_ay(float (&acc)[NCOLS / 8][4], const std::u
   }
 }
 
+// CTAs per SM the registers are budgeted for, per target arch (see Layout::kMinBlocksSm90).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TESSERA_BWD_MIN_BLOCKS(D) (Layout<D>::kMinBlocksSm90)
+#else
+#define TESSERA_BWD_MIN_BLOCKS(D) (Layout<D>::kMinBlocks)
+#endif
+
 template <typename T, int D>
-__global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) backward_main_kernel(const BwdArgs p) {
+__global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)) backward_main_kernel(const BwdArgs p) {
   using L = Layout<D>;
   constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages;
   constexpr int kThreads = L::kThreads, kQCols = L::kQCols, kDCols = L::kDCols;
@@ -280,6 +287,12 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
     const float* lse_t = sLse + st * Br;
     const float* del_t = sDel + st * Br;
     const int ds_off = L::kOffDS + st * L::kStage;  // this step's dS^T buffer
+    // At 128 registers (two CTAs per SM) ptxas hoisted the eight frag_off ^ (n << 4) out of
+    // the loop and spilled them (8 LDL per use site per step); hiding frag_off's value per step
+    // makes each a single LOP3 next to its store instead.
+    const int pt_off = L::kPTInDS ? ds_off : L::kOffPT;  // P^T: own buffer, or this step's dS^T
+    int fo = frag_off;
+    if constexpr (L::kMinBlocksSm90 > 1) asm volatile("" : "+r"(fo));
     // Element masking only where the tile is not wholly visible or hangs over k_len.
     const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
 
@@ -332,9 +345,9 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
     // more registers alive through the dP GEMM (and, with WQ = 2, the partner warp reads it).
 #pragma unroll
     for (int n = 0; n < kQCols / 8; ++n) {
-      const int off = frag_off ^ (n << 4);
-      *reinterpret_cast<std::uint32_t*>(smem + L::kOffPT + off) = Traits<T>::pack2(s_acc[n][0], s_acc[n][1]);
-      *reinterpret_cast<std::uint32_t*>(smem + L::kOffPT + off + 8 * Br * 2) = Traits<T>::pack2(s_acc[n][2], s_acc[n][3]);
+      const int off = fo ^ (n << 4);
+      *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = Traits<T>::pack2(s_acc[n][0], s_acc[n][1]);
+      *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = Traits<T>::pack2(s_acc[n][2], s_acc[n][3]);
     }
     std::uint32_t pa[Br / 16][4];
     if constexpr (WQ == 1) {
@@ -361,9 +374,9 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
 #pragma unroll
       for (int n = 0; n < kQCols / 8; ++n) {
         // This thread's own P^T values (stored above by this thread: no barrier needed).
-        const int off = frag_off ^ (n << 4);
-        const float2 pf[2] = {Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + L::kOffPT + off)),
-                              Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + L::kOffPT + off + 8 * Br * 2))};
+        const int off = fo ^ (n << 4);
+        const float2 pf[2] = {Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + pt_off + off)),
+                              Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + pt_off + off + 8 * Br * 2))};
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = q_col_w + n * 8 + 2 * t4 + e;
@@ -391,7 +404,7 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, Layout<D>::kMinBlocks) ba
     // dS^T to smem ([Bc][Br]) for the dQ step (and for the partner warp when WQ = 2).
 #pragma unroll
     for (int n = 0; n < kQCols / 8; ++n) {
-      const int off = frag_off ^ (n << 4);
+      const int off = fo ^ (n << 4);
       *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[n][0], dp_acc[n][1]);
       *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[n][2], dp_acc[n][3]);
     }
@@ -549,6 +562,11 @@ void launch_main(const BwdArgs& args, void* stream) {
   if (kv_tiles == 0 || args.batch == 0 || args.heads_kv == 0) return;
   auto kernel = backward_main_kernel<T, D>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+  if constexpr (L::kMinBlocksSm90 > 1) {
+    // Two CTAs need the largest shared carveout (228 KB on sm_90); a hint, harmless elsewhere.
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  }
   const dim3 grid(kv_tiles, args.heads_kv * args.n_splits, args.batch);
   kernel<<<grid, L::kThreads, L::kSmem, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();

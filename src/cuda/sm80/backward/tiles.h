@@ -49,12 +49,20 @@ struct Layout {
   static constexpr int kOffQ = kOffV + kTileKV;                // + st * kStage
   static constexpr int kOffDO = kOffQ + kTileQ;                // + st * kStage
   static constexpr int kOffDS = kOffDO + kTileQ;               // + st * kStage, [Bc][Br]
-  static constexpr int kOffPT = kOffQ + Stages * kStage;       // [Bc][Br]
-  static constexpr int kOffLse = kOffPT + Bc * Br * 2;         // Stages x Br floats
+  // CTAs per SM the register budget is sized for on sm_90 (see kMinBlocks below).
+  static constexpr int kMinBlocksSm90 = D == 64 ? 2 : 1;
+  // With WQ = 1 each thread reads back only its own P^T values, at the very offsets where it
+  // then stores its dS^T: at head_dim 64 P^T lives in this step's dS^T buffer (no other warp
+  // touches that buffer between B(i-1) and B(i)), saving 16 KB so two CTAs fit with margin.
+  static constexpr bool kPTInDS = WQ == 1 && Stages == 2 && kMinBlocksSm90 > 1;
+  static constexpr int kOffPT = kOffQ + Stages * kStage;       // [Bc][Br] (unused if kPTInDS)
+  static constexpr int kOffLse = kOffPT + (kPTInDS ? 0 : Bc * Br * 2);  // Stages x Br floats
   static constexpr int kOffDel = kOffLse + Stages * Br * 4;
   static constexpr int kSmem = kOffDel + Stages * Br * 4;
-  // CTAs per SM the register budget is sized for: head_dim 64 fits two (<= 128 registers per
-  // thread, 2 x 97 KB smem), so one CTA's barriers and dQ atomics hide behind the other's GEMMs.
+  // CTAs per SM the register budget is sized for (the kernel picks per arch): on sm_90 head_dim
+  // 64 runs two (kMinBlocksSm90; <= 128 registers per thread, 2 x (97 KB + 1 KB reserved) of the
+  // 228 KB an H100/H200 SM has), so one CTA's barriers, elementwise steps and dQ REDs hide
+  // behind the other's GEMMs. sm_80 keeps 1 (255 registers, no spills).
   static constexpr int kMinBlocks = 1;
 
   static_assert(kWarps == 8, "the dQ step assumes 8 warps");
