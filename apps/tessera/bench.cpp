@@ -174,7 +174,7 @@ int run_bench(int argc, char** argv) {
     s.run(ctx, [&](const bench::Row& r) {
       print_row(s.name, r, ceilings);
       if (r.seconds > 0 && !r.kind.empty())
-        write_csv_row(csv, r.kind, backend, dtype_name(r.dtype), r.head_dim, r.seq, r.batch, r.heads, r.causal,
+        write_csv_row(csv, r.kind, r.backend.empty() ? backend : r.backend, dtype_name(r.dtype), r.head_dim, r.seq, r.batch, r.heads, r.causal,
                       r.seconds * 1e3, r.flops / r.seconds / 1e12, r.bytes / r.seconds / 1e9);
     });
   }

@@ -49,6 +49,7 @@ struct Row {
   DType dtype = DType::bf16;
   int head_dim = 0, seq = 0, batch = 0, heads = 0;
   bool causal = false;
+  std::string backend;  // CSV backend column; empty = the driver's ("tessera_cuda", "tessera_cpu")
 };
 
 // Called by a suite once per measured case, as soon as the case is done.
