@@ -332,13 +332,9 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
         }
       }
     };
-    // head_dim 256 (WQ = 2) keeps the single general copy: with both copies ptxas spilled
-    // ~200 B there (254 registers and no spill with one).
-    if constexpr (WQ == 2) {
-      p_step(std::true_type{});
-    } else {
-      if (need_mask || softcap_on) p_step(std::true_type{}); else p_step(std::false_type{});
-    }
+    // Every head_dim takes the straight-line copy when it can (head_dim 256: 255 registers and
+    // no spill with both copies of this step; its dS step keeps one copy, see below).
+    if (need_mask || softcap_on) p_step(std::true_type{}); else p_step(std::false_type{});
 
     // ---- dV += P^T dO ----
     // P^T also goes to smem (16-bit): the dS step reads it back there instead of keeping 16
