@@ -29,11 +29,8 @@ struct TileItem {
   int row0;  // first row of the tile within sequence b
 };
 
-std::int64_t total_q_rows(const BackwardParams& p) {
-  return p.ragged() ? p.cu_seqlens_q[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_q;
-}
 std::int64_t packed_q_row(const BackwardParams& p, int b, int i) {
-  return p.ragged() ? p.q_start(b) + i : static_cast<std::int64_t>(b) * p.seq_q + i;
+  return p.q_packed_start(b) + i;
 }
 std::int64_t q_elem(const BackwardParams& p, const StridedPtr& t, int b, int i, int h) {
   return p.ragged() ? t.offset(0, p.q_start(b) + i, h) : t.offset(b, i, h);
@@ -249,7 +246,7 @@ void dq_tile(const BackwardParams& p, const std::vector<float>& dsum, std::int64
 }  // namespace
 
 void attention_backward(const BackwardParams& p) {
-  const std::int64_t total_q = total_q_rows(p);
+  const std::int64_t total_q = p.total_q;
   const std::vector<float> dsum = row_dots(p, total_q);
   const int D = p.head_dim;
 

@@ -24,16 +24,9 @@ Seq seq_of(const AttentionParams& p, int b) {
   Seq s;
   s.nq = p.q_len(b);
   s.nk = p.k_len(b);
-  s.q0 = p.ragged() ? p.q_start(b) : static_cast<std::int64_t>(b) * p.seq_q;
-  s.k0 = p.ragged() ? p.k_start(b) : static_cast<std::int64_t>(b) * p.seq_k;
+  s.q0 = p.q_packed_start(b);
+  s.k0 = p.k_packed_start(b);
   return s;
-}
-
-std::int64_t total_q_rows(const AttentionParams& p) {
-  return p.ragged() ? p.cu_seqlens_q[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_q;
-}
-std::int64_t total_k_rows(const AttentionParams& p) {
-  return p.ragged() ? p.cu_seqlens_k[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_k;
 }
 
 // n rows of head h of sequence b, starting at the sequence's first row, as doubles.
@@ -91,7 +84,7 @@ Probs probs(const AttentionParams& p, const Mat& q, const Mat& k, int nq, int nk
 }  // namespace
 
 ForwardResult forward(const AttentionParams& p) {
-  const std::int64_t total_q = total_q_rows(p);
+  const std::int64_t total_q = p.total_q;
   const int D = p.head_dim;
   ForwardResult res;
   res.o.assign(static_cast<std::size_t>(total_q * p.heads_q * D), 0.0);
@@ -121,7 +114,7 @@ ForwardResult forward(const AttentionParams& p) {
 }
 
 BackwardResult backward(const BackwardParams& p) {
-  const std::int64_t total_q = total_q_rows(p), total_k = total_k_rows(p);
+  const std::int64_t total_q = p.total_q, total_k = p.total_k;
   const int D = p.head_dim;
   const double scale = p.mask.scale;
   BackwardResult res;

@@ -68,6 +68,10 @@ struct AttentionParams {
   int q_len(int b) const { return ragged() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seq_q; }
   int k_len(int b) const { return ragged() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seq_k; }
   int group() const { return heads_q / heads_kv; }
+  // Packed row (0 .. total_q / total_k) of sequence b's first query / key: the order of
+  // ragged tensors, and of the oracle's arrays for dense ones.
+  std::int64_t q_packed_start(int b) const { return ragged() ? q_start(b) : static_cast<std::int64_t>(b) * seq_q; }
+  std::int64_t k_packed_start(int b) const { return ragged() ? k_start(b) : static_cast<std::int64_t>(b) * seq_k; }
 };
 
 // Backward adds the incoming gradient, the saved LSE (required) and the three gradients.

@@ -153,8 +153,8 @@ Rows rows_of(const AttentionParams& p, int b) {
   Rows r;
   r.nq = p.q_len(b);
   r.nk = p.k_len(b);
-  r.q0 = p.ragged() ? p.q_start(b) : static_cast<std::int64_t>(b) * p.seq_q;
-  r.k0 = p.ragged() ? p.k_start(b) : static_cast<std::int64_t>(b) * p.seq_k;
+  r.q0 = p.q_packed_start(b);
+  r.k0 = p.k_packed_start(b);
   return r;
 }
 
@@ -245,7 +245,7 @@ std::vector<float> naive_pv(const AttentionParams& p, const std::vector<float>& 
 }  // namespace
 
 std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse) {
-  const std::int64_t total_q = p.ragged() ? p.cu_seqlens_q[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_q;
+  const std::int64_t total_q = p.total_q;
   std::vector<double> o(static_cast<std::size_t>(total_q * p.heads_q * p.head_dim), 0.0);
   if (lse) lse->assign(static_cast<std::size_t>(total_q * p.heads_q), -INFINITY);
   // Each (b, h) writes its own rows only.
@@ -271,8 +271,7 @@ std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::
 }
 
 NaiveGrads naive_same_precision_backward(const BackwardParams& p) {
-  const std::int64_t total_q = p.ragged() ? p.cu_seqlens_q[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_q;
-  const std::int64_t total_k = p.ragged() ? p.cu_seqlens_k[p.batch] : static_cast<std::int64_t>(p.batch) * p.seq_k;
+  const std::int64_t total_q = p.total_q, total_k = p.total_k;
   const int D = p.head_dim;
   const DType dt = p.dtype;
   NaiveGrads g;
@@ -429,7 +428,7 @@ void q_rows(const AttentionParams& p, std::vector<std::int64_t>* starts, std::ve
   starts->clear();
   lens->clear();
   for (int b = 0; b < p.batch; ++b) {
-    starts->push_back(p.ragged() ? p.q_start(b) : static_cast<std::int64_t>(b) * p.seq_q);
+    starts->push_back(p.q_packed_start(b));
     lens->push_back(p.q_len(b));
   }
 }
@@ -438,7 +437,7 @@ void k_rows(const AttentionParams& p, std::vector<std::int64_t>* starts, std::ve
   starts->clear();
   lens->clear();
   for (int b = 0; b < p.batch; ++b) {
-    starts->push_back(p.ragged() ? p.k_start(b) : static_cast<std::int64_t>(b) * p.seq_k);
+    starts->push_back(p.k_packed_start(b));
     lens->push_back(p.k_len(b));
   }
 }
