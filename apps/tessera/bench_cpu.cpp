@@ -325,7 +325,56 @@ void run_mixed(const Context& ctx, const Emit& emit) {
   emit(time_batch("mixed bf16 " + std::to_string(chunks) + " chunks+" + std::to_string(decodes) + " dec", pb, ctx, rng));
 }
 
+// The two cases of the CUDA suite's cuda.plan (bench_cuda.cpp, run_plan_time), same lengths,
+// planned for an H200-sized device (132 SMs) into a host workspace: the planner's host time
+// without the copy to the device.
+void run_plan_h200_cases(const Context& ctx, const Emit& emit) {
+  struct C { const char* name; int prefill; };
+  for (const C& c : {C{"plan 256 dec", 0}, C{"plan 8 chunks+248 dec", 8}}) {
+    const int n = 256;
+    std::vector<std::int32_t> q_lens, kv_lens;
+    std::mt19937_64 rng(99);
+    std::uniform_int_distribution<int> len(1024, 32768);
+    std::int64_t total_q = 0;
+    int kv_max = 0;
+    for (int i = 0; i < n; ++i) {
+      const bool pre = i < c.prefill;
+      q_lens.push_back(pre ? 512 : 1);
+      kv_lens.push_back(pre ? 512 * (i + 1) : len(rng));
+      total_q += q_lens.back();
+      kv_max = std::max(kv_max, kv_lens.back());
+    }
+    BatchConfig cfg;
+    cfg.heads_q = 32;
+    cfg.heads_kv = 8;
+    cfg.head_dim = 128;
+    cfg.page_size = 16;
+    cfg.options.causal = true;
+    cfg.max_requests = n;
+    cfg.max_q_tokens = static_cast<int>(total_q);
+    const DeviceFacts facts{Device::cpu(), 132};
+    DeviceBuffer ws(Device::cpu(), BatchAttention::workspace_size(cfg, facts));
+    const Workspace w{ws.data(), ws.bytes(), Device::cpu()};
+    BatchAttention attn(cfg);
+    Row r;
+    r.name = c.name;
+    r.shape = "n256 q" + std::to_string(total_q) + " h32/8 d128 p16 facts 132";
+    // Many short runs: a single plan() is a few us, so the median of up to 5000 is stable.
+    r.seconds = median_seconds([&] { attn.plan(q_lens, kv_lens, facts, w); }, ctx.min_time, 200, 5000);
+    r.note = "as cuda.plan, host workspace; " + std::to_string(attn.planned_work_items()) + " work items";
+    r.kind = "plan";
+    r.dtype = DType::bf16;
+    r.head_dim = cfg.head_dim;
+    r.batch = n;
+    r.heads = cfg.heads_q;
+    r.seq = kv_max;
+    r.causal = true;
+    emit(r);
+  }
+}
+
 void run_plan(const Context& ctx, const Emit& emit) {
+  run_plan_h200_cases(ctx, emit);
   std::mt19937_64 rng(5);
   const int n = 256;
   std::vector<std::int32_t> q_lens(n), kv_lens(n);
