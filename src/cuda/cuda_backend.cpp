@@ -10,6 +10,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/sm80/forward/forward.h"
+#include "cuda/sm90/forward/forward_sm90.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda {
@@ -77,7 +78,14 @@ bool supports_forward(const AttentionParams& p, std::string* why) {
   return true;
 }
 
-void attention_forward(const AttentionParams& p) { sm80::run_forward(p); }
+// Hopper takes the sm90 (TMA + wgmma) kernels whenever they apply; everything else, and any
+// case whose strides the copy engine cannot describe, the portable sm80 kernels.
+void attention_forward(const AttentionParams& p) {
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  if (sm90::forward_applicable(p) && sm90::run_forward(p)) return;
+#endif
+  sm80::run_forward(p);
+}
 
 // merge_states, append_paged_kv and copy_pages live in src/cuda/serving/.
 

@@ -1,4 +1,6 @@
-// The CUDA forward (sm80 FA2-class kernels) against the fp64 oracle under the tolerance rule
+// The CUDA forward (sm90 kernels on Hopper, sm80 FA2-class kernels elsewhere and under
+// TESSERA_CUDA_FORWARD=portable; CTest runs this suite both ways) against the fp64 oracle under
+// the tolerance rule
 //   max |kernel - oracle| <= 2 * max |naive same-precision - oracle| + rounding floor,
 // on the CPU suite's grid (odd sizes, seq_q != seq_k both ways, head dims 64/128/256, GQA
 // 1/4/8, causal / window / softcap, f16 and bf16, ragged with empty sequences, padded
@@ -10,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +23,9 @@
 #include "support/test_support.h"
 #include "tessera/attention.h"
 #include "tessera/error.h"
+#if defined(TESSERA_HAS_SM90_KERNELS)
+#include "cuda/sm90/forward/forward_sm90.h"
+#endif
 
 namespace tessera::testing {
 namespace {
@@ -243,6 +249,34 @@ TEST(CudaForward, EmptyRowsAreZeroWithMinusInfLse) {
       }
     expect_matches_oracle(g.host, g.host.forward_params());
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Which kernels ran: on compute capability 9.0 the sm90 path must accept the common cases (else
+// this suite would test the portable kernels twice), unless TESSERA_CUDA_FORWARD=portable.
+
+TEST(CudaForward, DispatchTakesSm90PathOnHopper) {
+  int dev = 0, major = 0, minor = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&dev));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  auto rng = fresh_rng();
+  const char* forced = std::getenv("TESSERA_CUDA_FORWARD");
+  const bool portable = forced != nullptr && std::string(forced) == "portable";
+  for (const CaseSpec& s : {dense(DType::bf16, 2, 113, 300, 4, 1, 64, opts(true)),
+                            ragged(DType::f16, {17, 0, 113}, {113, 0, 17}, 4, 2, 128, opts(false)),
+                            dense(DType::bf16, 1, 40, 90, 2, 2, 256, opts(false, 8, 8, 2.0f))}) {
+    SCOPED_TRACE(s.name());
+    AttentionCase c(s, rng);
+    AttentionParams p = c.forward_params();
+    p.device = Device{DeviceKind::cuda, dev};
+    std::string why;
+    EXPECT_EQ(cuda::sm90::forward_applicable(p, &why), major == 9 && minor == 0 && !portable) << why;
+  }
+#else
+  if (major == 9) GTEST_SKIP() << "this build has no sm90 kernels (architecture list without 90)";
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------

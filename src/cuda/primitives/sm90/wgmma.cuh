@@ -17,7 +17,9 @@
 // Operands: bf16 x bf16 or f16 x f16 (kBf16), f32 accumulate. Both A and B are K-major here:
 // A is stored as its 64 rows (M) of K contiguous elements, B as its N rows (columns of the
 // math B) of K contiguous elements, i.e. B^T row-major. That is S = Q K^T with Q and K
-// row-major (transpose flags 0). (MN-major B, for P V with V row-major, is not wrapped yet.)
+// row-major (transpose flags 0). wgmma_rs also takes an MN-major B (kBMnMajor, transpose
+// flag 1): B stored as its K rows of N contiguous elements, i.e. row-major K x N; that is
+// O += P V with V row-major (keys x head_dim), see make_smem_desc_sw128_mnmajor.
 //
 // Accumulator layout (m64nN, f32, N/2 registers per thread): thread t of the warpgroup, warp
 // w = t / 32 owns rows 16w .. 16w+15; with lane = 4*g + q (g in 0..7, q in 0..3), for each
@@ -60,6 +62,23 @@ __device__ __forceinline__ std::uint64_t make_smem_desc_sw128_kmajor(std::uint32
   constexpr std::uint64_t kStrideByteOffset = 1024;  // 8 rows x 128 bytes
   std::uint64_t desc = (smem_addr & 0x3FFFFu) >> 4;
   desc |= (kLeadingByteOffset >> 4) << 16;
+  desc |= (kStrideByteOffset >> 4) << 32;
+  desc |= std::uint64_t{1} << 62;  // 128-byte swizzle
+  return desc;
+}
+
+// Descriptor of an MN-major, 128-byte-swizzled B operand (used with wgmma_rs<..., true>): the
+// tile is what TMA loads with SWIZZLE_128B and a box of (64 elements of N, R rows of K): K row
+// k of 128 bytes at byte k * 128 (chunks XOR-swizzled by k % 8 as above), a further 64
+// elements of N in the next panel, `panel_bytes` (= R * 128) later. In the canonical form
+// ((8 elems, 8 chunks, panels) x (8 rows, row groups)) the leading-dimension byte offset is the
+// step between N panels (panel_bytes) and the stride-dimension byte offset the step between
+// groups of 8 K rows (1024). One wgmma consumes 16 K rows; step k is at start + 2048 * k.
+__device__ __forceinline__ std::uint64_t make_smem_desc_sw128_mnmajor(std::uint32_t smem_addr,
+                                                                      std::uint32_t panel_bytes) {
+  constexpr std::uint64_t kStrideByteOffset = 1024;  // 8 K rows x 128 bytes
+  std::uint64_t desc = (smem_addr & 0x3FFFFu) >> 4;
+  desc |= (std::uint64_t{panel_bytes & 0x3FFFFu} >> 4) << 16;
   desc |= (kStrideByteOffset >> 4) << 32;
   desc |= std::uint64_t{1} << 62;  // 128-byte swizzle
   return desc;
@@ -133,13 +152,14 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16_bf16(float (&d)[32], std::uin
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n64k16_bf16(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t db,
                                      std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS64 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS64 ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : TESSERA_WGMMA_D64
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 __device__ __forceinline__ void wgmma_ss_m64n64k16_f16(float (&d)[32], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
@@ -150,13 +170,14 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16_f16(float (&d)[32], std::uint
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n64k16_f16(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t db,
                                      std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " TESSERA_WGMMA_DREGS64 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " TESSERA_WGMMA_DREGS64 ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : TESSERA_WGMMA_D64
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 __device__ __forceinline__ void wgmma_ss_m64n128k16_bf16(float (&d)[64], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
@@ -167,13 +188,14 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16_bf16(float (&d)[64], std::ui
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n128k16_bf16(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t db,
                                      std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS128 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS128 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : TESSERA_WGMMA_D128
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 __device__ __forceinline__ void wgmma_ss_m64n128k16_f16(float (&d)[64], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
@@ -184,13 +206,14 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16_f16(float (&d)[64], std::uin
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n128k16_f16(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t db,
                                      std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " TESSERA_WGMMA_DREGS128 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " TESSERA_WGMMA_DREGS128 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : TESSERA_WGMMA_D128
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 __device__ __forceinline__ void wgmma_ss_m64n256k16_bf16(float (&d)[128], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
@@ -201,13 +224,14 @@ __device__ __forceinline__ void wgmma_ss_m64n256k16_bf16(float (&d)[128], std::u
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n256k16_bf16(float (&d)[128], const std::uint32_t (&a)[4], std::uint64_t db,
                                      std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS256 ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
       : TESSERA_WGMMA_D256
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 __device__ __forceinline__ void wgmma_ss_m64n256k16_f16(float (&d)[128], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
@@ -218,13 +242,14 @@ __device__ __forceinline__ void wgmma_ss_m64n256k16_f16(float (&d)[128], std::ui
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n256k16_f16(float (&d)[128], const std::uint32_t (&a)[4], std::uint64_t db,
                                      std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " TESSERA_WGMMA_DREGS256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " TESSERA_WGMMA_DREGS256 ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
       : TESSERA_WGMMA_D256
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 #undef TESSERA_WGMMA_D64
 #undef TESSERA_WGMMA_DREGS64
@@ -256,20 +281,21 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, st
 
 // Same with A from registers (layout above); the A registers must stay unmodified until the
 // wgmma's group has been waited for.
-template <int N, bool kBf16>
+template <int N, bool kBf16, bool kBMnMajor = false>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t db,
                                          bool accumulate) {
+  constexpr int kTransB = kBMnMajor ? 1 : 0;
   const std::uint32_t scale_d = accumulate ? 1u : 0u;
   static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N in {64, 128, 256} (add instantiations as needed)");
   if constexpr (N == 64) {
-    if constexpr (kBf16) detail::wgmma_rs_m64n64k16_bf16(d, a, db, scale_d);
-    else detail::wgmma_rs_m64n64k16_f16(d, a, db, scale_d);
+    if constexpr (kBf16) detail::wgmma_rs_m64n64k16_bf16<kTransB>(d, a, db, scale_d);
+    else detail::wgmma_rs_m64n64k16_f16<kTransB>(d, a, db, scale_d);
   } else if constexpr (N == 128) {
-    if constexpr (kBf16) detail::wgmma_rs_m64n128k16_bf16(d, a, db, scale_d);
-    else detail::wgmma_rs_m64n128k16_f16(d, a, db, scale_d);
+    if constexpr (kBf16) detail::wgmma_rs_m64n128k16_bf16<kTransB>(d, a, db, scale_d);
+    else detail::wgmma_rs_m64n128k16_f16<kTransB>(d, a, db, scale_d);
   } else {
-    if constexpr (kBf16) detail::wgmma_rs_m64n256k16_bf16(d, a, db, scale_d);
-    else detail::wgmma_rs_m64n256k16_f16(d, a, db, scale_d);
+    if constexpr (kBf16) detail::wgmma_rs_m64n256k16_bf16<kTransB>(d, a, db, scale_d);
+    else detail::wgmma_rs_m64n256k16_f16<kTransB>(d, a, db, scale_d);
   }
 }
 

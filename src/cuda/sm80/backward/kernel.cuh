@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.h"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
@@ -39,16 +40,6 @@ __device__ __forceinline__ std::uint32_t swz(int r, int ch) {
   return static_cast<std::uint32_t>(r * (W * 2) + ((ch ^ (r & 7)) << 4));
 }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float fast_log2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // 4-byte cp.async (L1-allocating .ca is the only form for 4 bytes); zero-fill when !valid.
 __device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst, const void* src, bool valid) {

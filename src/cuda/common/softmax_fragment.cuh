@@ -1,0 +1,108 @@
+// Masking and the online softmax of one S tile held as mma accumulator fragments, in registers,
+// shared by the sm80 (mma.sync) and sm90 (wgmma) forwards: both lay a 16-row slab out the same
+// way (thread = 4 g + q holds rows g and g + 8 and, per 8-column n-tile n, columns 8n + 2q and
+// 8n + 2q + 1; the quad's other lanes hold the rest of the row, hence the quad shuffles).
+//
+// Semantics come from src/math: per-row key ranges are math::visible_keys, the running state is
+// math::OnlineSoftmaxRow (base-2 units, -inf while a row is empty). The steps are separate so
+// that a kernel whose O accumulator is still being written by an asynchronous GEMM (sm90) can
+// turn scores into weights first and rescale O / pack P after its wait:
+//   scores_to_weights -> rescale_rows -> pack_weights.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "cuda/common/fast_math.cuh"
+#include "cuda/common/types.cuh"
+#include "cuda/primitives/sm80/warp.cuh"
+#include "math/mask.h"
+#include "math/online_softmax.h"
+
+namespace tessera::cuda {
+
+// s (raw q.k of keys n0 + 8n + 2q + {0,1}; rows g (e = 0,1) and g + 8 (e = 2,3)) becomes the
+// unnormalised weights exp2(t - m) in place; rows[] enter the tile (m, l updated; the thread's
+// partial l, the quad's parts are summed at the end) and alpha[h] is the factor by which row h's
+// O accumulator must be multiplied. `masked` false: the whole tile is visible to every row.
+template <int kBlockN>
+__device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], math::OnlineSoftmaxRow (&rows)[2],
+                                                  const math::KeyRange (&keys)[2], bool masked, int n0, int q,
+                                                  float scale, float scale_log2, float softcap, float (&alpha)[2]) {
+  // After this block, t = s * mul is the score in base-2 units. Without a soft cap the
+  // multiply is folded into the exponent's FFMA below.
+  float mul = scale_log2;
+  if (softcap > 0.0f) {
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = math::apply_softcap(s[n][e] * scale, softcap) * math::kLog2e;
+    mul = 1.0f;
+  }
+  // Soft cap first, then the mask: masked scores become -inf whatever the cap made of them.
+  if (masked) {
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = n0 + 8 * n + 2 * q + (e & 1);
+        const math::KeyRange& r = keys[e >> 1];
+        if (col < r.begin || col >= r.end) s[n][e] = -INFINITY;
+      }
+  }
+  float m_use[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    mx = sm80::quad_max(mx);
+    // mul > 0, so the max of s * mul is mx * mul (and -inf stays -inf).
+    alpha[h] = rows[h].enter_tile(mx * mul);
+    // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
+    // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
+    m_use[h] = rows[h].m == -INFINITY ? 0.0f : rows[h].m;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = fast_exp2(fmaf(s[n][e], mul, -m_use[e >> 1]));
+      sum[e >> 1] += s[n][e];
+    }
+  rows[0].add(sum[0]);
+  rows[1].add(sum[1]);
+}
+
+// O rows *= alpha. kSkipWhenUnchanged: skip when no row of the warp changed its max (every
+// alpha is then exactly 1, so skipping is exact); the vote keeps the branch warp-uniform. On
+// long rows the max settles and most tiles skip; it costs a vote and a branch per tile.
+template <int kHeadDim, bool kSkipWhenUnchanged>
+__device__ __forceinline__ void rescale_rows(float (&o)[kHeadDim / 8][4], const float (&alpha)[2]) {
+  if (!kSkipWhenUnchanged || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int d = 0; d < kHeadDim / 8; ++d) {
+      o[d][0] *= alpha[0];
+      o[d][1] *= alpha[0];
+      o[d][2] *= alpha[1];
+      o[d][3] *= alpha[1];
+    }
+  }
+}
+
+// Weights -> 16-bit A fragments of the P V product: the C fragments of n-tiles 2t and 2t + 1
+// are the A fragment of k-step t (the same for mma.sync m16n8k16 and wgmma with A in registers).
+template <typename T, int kBlockN>
+__device__ __forceinline__ void pack_weights(const float (&s)[kBlockN / 8][4], std::uint32_t (&p)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int t = 0; t < kBlockN / 16; ++t) {
+    p[t][0] = Traits<T>::pack2(s[2 * t][0], s[2 * t][1]);
+    p[t][1] = Traits<T>::pack2(s[2 * t][2], s[2 * t][3]);
+    p[t][2] = Traits<T>::pack2(s[2 * t + 1][0], s[2 * t + 1][1]);
+    p[t][3] = Traits<T>::pack2(s[2 * t + 1][2], s[2 * t + 1][3]);
+  }
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,40 @@
+// Kernel arguments of the sm90 forward, passed by value as one __grid_constant__ parameter so
+// that the tensor maps stay in the parameter space where the copy engine reads them.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace tessera::cuda::sm90 {
+
+struct FwdArgs {
+  // Dense tensors: rank-4 maps (head_dim, seq, heads, batch). Ragged: rank-3 maps (head_dim,
+  // packed rows, heads), sequence b's rows start at cu_seqlens[b]. Boxes: 64 columns x
+  // kBlockM (Q) / kBlockN (K, V) / 64 (O) rows.
+  CUtensorMap map_q;
+  CUtensorMap map_k;
+  CUtensorMap map_v;
+  CUtensorMap map_o;  // dense only: the epilogue's TMA store
+  void* o = nullptr;  // ragged: the epilogue stores rows itself (a box would spill into the next sequence)
+  std::int64_t o_row = 0, o_head = 0;
+  float* lse = nullptr;  // nullptr: not requested
+  std::int64_t lse_batch = 0, lse_head = 0;
+  const std::int32_t* cu_seqlens_q = nullptr;  // both null for dense input
+  const std::int32_t* cu_seqlens_k = nullptr;
+  int seq_q = 0;  // dense: every sequence's length; ragged: the longest (sizes the grid)
+  int seq_k = 0;
+  int group = 1;  // heads_q / heads_kv
+  float scale = 1.0f;
+  float scale_log2 = 1.0f;
+  float softcap = 0.0f;
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+};
+
+// One instance per (dtype, head dim), defined in instance_hdim*.cu.
+template <typename T, int kHeadDim>
+void launch_forward(const FwdArgs& args, int batch, int heads_q, void* stream);
+
+}  // namespace tessera::cuda::sm90

@@ -1,0 +1,50 @@
+// Tile shapes and shared-memory layout of the sm90 forward (warp-specialised, TMA + wgmma).
+//
+// A CTA has 1 producer warpgroup (one thread issues every TMA copy; the warpgroup gives its
+// registers back with setmaxnreg) and 2 consumer warpgroups, each owning 64 query rows of the
+// 128-row Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from registers, V
+// MN-major in smem). K and V tiles stream through a ring of kStages stages, each with a "full"
+// mbarrier (TMA bytes landed) and an "empty" one (all 8 consumer warps done reading).
+//
+// Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 64 head-dim
+// columns (128 bytes a row), rows 128 bytes apart, each panel 1024-byte aligned.
+//   head_dim  64: 128 x 128 tiles, 4 stages: Q 16 KB + 4 x (16 + 16) KB = 144 KB
+//   head_dim 128: 128 x 128 tiles, 2 stages: Q 32 KB + 2 x (32 + 32) KB = 160 KB
+//   head_dim 256: 128 x  64 tiles, 2 stages: Q 64 KB + 2 x (32 + 32) KB = 192 KB
+// Registers per consumer thread: S (kBlockN / 2), P (kBlockN / 4), O (head_dim / 2) floats.
+#pragma once
+
+namespace tessera::cuda::sm90 {
+
+template <int kHeadDim_>
+struct FwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim % 64 == 0, "head_dim is a whole number of 128-byte panels");
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;
+  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  static constexpr int kStages = kHeadDim == 64 ? 4 : 2;
+  // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+
+  static constexpr int kPanels = kHeadDim / 64;
+  static constexpr int kQPanelBytes = kBlockM * 128;
+  static constexpr int kKVPanelBytes = kBlockN * 128;
+  static constexpr int kQBytes = kPanels * kQPanelBytes;
+  static constexpr int kKVTileBytes = kPanels * kKVPanelBytes;
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
+  static constexpr int kBarrierOffset = kVOffset + kStages * kKVTileBytes;
+  // Barriers: Q full, then K full / K empty / V full / V empty, kStages each.
+  static constexpr int kBarriers = 1 + 4 * kStages;
+  // + 1024: the dynamic smem base is only 16-byte aligned; the kernel rounds it up.
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
+  static_assert(kKOffset % 1024 == 0 && kKVTileBytes % 1024 == 0, "swizzled tiles are 1024-byte aligned");
+};
+
+}  // namespace tessera::cuda::sm90

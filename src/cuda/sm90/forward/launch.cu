@@ -1,0 +1,159 @@
+// Host entry of the sm90 forward: when it applies, params -> tensor maps and kernel arguments,
+// pick the (dtype, head dim) instance, launch on the caller's stream on the tensors' device.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/common/check.h"
+#include "cuda/primitives/sm90/tensor_map.h"
+#include "cuda/sm90/forward/forward_args.h"
+#include "cuda/sm90/forward/forward_sm90.h"
+#include "cuda/sm90/forward/kernel_traits.cuh"
+#include "math/online_softmax.h"
+#include "tessera/error.h"
+
+namespace tessera::cuda::sm90 {
+namespace {
+
+bool fail(std::string* why, const std::string& what) {
+  if (why != nullptr) *why = what;
+  return false;
+}
+
+int smem_bytes(int head_dim) {
+  switch (head_dim) {
+    case 64: return FwdTraits<64>::kSmemBytes;
+    case 128: return FwdTraits<128>::kSmemBytes;
+    case 256: return FwdTraits<256>::kSmemBytes;
+    default: return 0;
+  }
+}
+
+// A tensor's tiled map: rank 4 (head_dim, seq, heads, batch) for dense tensors, rank 3
+// (head_dim, packed rows, heads) for ragged ones; boxes of 64 columns x box_rows rows. A
+// dimension of extent 1 gets a harmless stride (its value is never used) so that strides such
+// as 0 for a single sequence do not trip the encoder.
+CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged, std::int64_t rows, int heads,
+                     int batch, int head_dim, std::uint32_t box_rows) {
+  const std::uint64_t row_bytes = static_cast<std::uint64_t>(t.row) * 2;
+  std::uint64_t head_bytes = static_cast<std::uint64_t>(t.head) * 2;
+  std::uint64_t batch_bytes = static_cast<std::uint64_t>(t.batch) * 2;
+  const std::uint64_t safe_rows = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
+  if (heads == 1) head_bytes = row_bytes * safe_rows;
+  if (batch == 1 || ragged) batch_bytes = head_bytes * static_cast<std::uint64_t>(heads);
+  const std::uint64_t dims[4] = {static_cast<std::uint64_t>(head_dim), safe_rows, static_cast<std::uint64_t>(heads),
+                                 static_cast<std::uint64_t>(batch)};
+  const std::uint64_t strides[3] = {row_bytes, head_bytes, batch_bytes};
+  const std::uint32_t box[4] = {64, box_rows, 1, 1};
+  return make_tensor_map_tiled(type, ragged ? 3 : 4, t.ptr, dims, strides, box);
+}
+
+template <typename T>
+void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p) {
+  switch (p.head_dim) {
+    case 64: return launch_forward<T, 64>(a, p.batch, p.heads_q, p.stream);
+    case 128: return launch_forward<T, 128>(a, p.batch, p.heads_q, p.stream);
+    case 256: return launch_forward<T, 256>(a, p.batch, p.heads_q, p.stream);
+    default: break;
+  }
+  throw Error(ErrorCode::unsupported, "q",
+              "sm90 forward: head_dim: expected 64, 128 or 256, got " + std::to_string(p.head_dim));
+}
+
+// Makes `device` current for the scope (launches go to the current device).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    TESSERA_CUDA_CHECK(cudaGetDevice(&previous_));
+    switched_ = previous_ != device;
+    if (switched_) TESSERA_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+}  // namespace
+
+bool forward_applicable(const AttentionParams& p, std::string* why) {
+  const char* path = std::getenv("TESSERA_CUDA_FORWARD");
+  if (path != nullptr && std::strcmp(path, "portable") == 0)
+    return fail(why, "TESSERA_CUDA_FORWARD=portable selects the sm80 path");
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return fail(why, "dtype: f16 or bf16 only");
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 64, 128 or 256 only");
+  int major = 0, minor = 0, optin = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, p.device.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fail(why, "device attributes unreadable");
+  }
+  // sm_90a code runs on compute capability 9.0 only.
+  if (major != 9 || minor != 0) return fail(why, "device: compute capability 9.0 only");
+  if (optin < smem_bytes(p.head_dim)) return fail(why, "device: not enough opt-in shared memory");
+  if (why != nullptr) why->clear();
+  return true;
+}
+
+bool run_forward(const AttentionParams& p) {
+  if (p.batch == 0 || p.seq_q == 0 || p.heads_q == 0) return true;  // nothing to write
+  const bool ragged = p.ragged();
+  const CUtensorMapDataType type = p.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const std::int64_t rows_q = ragged ? p.total_q : p.seq_q;
+  const std::int64_t rows_k = ragged ? p.total_k : p.seq_k;
+  const int seqs = ragged ? 1 : p.batch;
+  const std::uint32_t box_m = p.head_dim == 64 ? FwdTraits<64>::kBlockM
+                               : p.head_dim == 128 ? FwdTraits<128>::kBlockM
+                                                   : FwdTraits<256>::kBlockM;
+  const std::uint32_t box_n = p.head_dim == 64 ? FwdTraits<64>::kBlockN
+                               : p.head_dim == 128 ? FwdTraits<128>::kBlockN
+                                                   : FwdTraits<256>::kBlockN;
+  FwdArgs a;
+  try {
+    a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, box_m);
+    a.map_k = tile_map(type, p.k, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n);
+    a.map_v = tile_map(type, p.v, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n);
+    if (!ragged) a.map_o = tile_map(type, p.o, ragged, rows_q, p.heads_q, seqs, p.head_dim, 64);
+    else std::memset(&a.map_o, 0, sizeof(a.map_o));
+  } catch (const Error&) {
+    return false;  // strides the copy engine cannot describe: the portable path takes it
+  }
+  a.o = p.o.ptr;
+  a.o_row = p.o.row;
+  a.o_head = p.o.head;
+  a.lse = p.lse.ptr;
+  a.lse_batch = ragged ? 0 : p.lse.batch;
+  a.lse_head = p.lse.head;
+  a.cu_seqlens_q = p.cu_seqlens_q;
+  a.cu_seqlens_k = p.cu_seqlens_k;
+  a.seq_q = p.seq_q;
+  a.seq_k = p.seq_k;
+  a.group = p.heads_q / p.heads_kv;
+  a.scale = p.mask.scale;
+  a.scale_log2 = p.mask.scale * math::kLog2e;
+  a.softcap = p.mask.softcap;
+  a.causal = p.mask.causal;
+  a.window_left = p.mask.window_left;
+  a.window_right = p.mask.window_right;
+
+  DeviceScope scope(p.device.index);
+  if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p);
+  else launch_for_head_dim<__half>(a, p);
+  return true;
+}
+
+}  // namespace tessera::cuda::sm90
