@@ -7,6 +7,12 @@
 // O += P_{i-1} V_{i-1}, nothing waits; after S_i lands the softmax turns it into weights, and
 // only then does the warpgroup wait for the P V product, rescale O and pack P_i. So the
 // softmax of tile i runs under the P V GEMM of tile i - 1.
+//
+// Pingpong between the two consumer warpgroups: each issues its GEMMs of a tile only in its
+// turn (named barrier of 256 threads: its own 128 wait, the other's 128 arrive when they have
+// issued theirs), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor
+// cores. Warpgroup 0 goes first (warpgroup 1 arrives once at the start); both take the same
+// number of turns, and warpgroup 0 consumes the last arrival at the end.
 #pragma once
 
 #include <cuda.h>
@@ -29,8 +35,10 @@
 
 namespace tessera::cuda::sm90 {
 
-// Named barrier ids (0 is __syncthreads): one per consumer warpgroup for its epilogue.
+// Named barrier ids (0 is __syncthreads): one per consumer warpgroup for its epilogue, and one
+// per consumer warpgroup for its turn at the tensor cores (pingpong).
 constexpr std::uint32_t kEpilogueBarrier0 = 1;
+constexpr std::uint32_t kTurnBarrier0 = 3;
 
 // One box of a tile: rank 4 (dense: column, row, head, sequence) or 3 (ragged: column, packed
 // row, head).
@@ -188,10 +196,16 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
     scores_to_weights<BN>(s, rows, keys, masked, n0, q, a.scale, a.scale_log2, a.softcap, alpha);
   };
 
+  auto take_turn = [&] { named_barrier_sync(kTurnBarrier0 + c, 256); };
+  auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier0 + (c ^ 1), 256); };
+  if (c == 1) named_barrier_arrive(kTurnBarrier0, 256);  // warpgroup 0 starts
+
   mbarrier_wait_parity(q_full, 0);
   if (n_tiles > 0) {
     mbarrier_wait_parity(k_full(0), 0);
+    take_turn();
     issue_qk(0);
+    pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operand(s_flat);
     release_stage(k_empty(0), lane);
@@ -200,9 +214,11 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
     for (int i = 1; i < n_tiles; ++i) {
       const int stage = i % S, prev = (i - 1) % S;
       mbarrier_wait_parity(k_full(stage), (i / S) & 1);
-      issue_qk(stage);
       mbarrier_wait_parity(v_full(prev), ((i - 1) / S) & 1);
+      take_turn();
+      issue_qk(stage);
       issue_pv(prev);
+      pass_turn();
       wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
       wgmma_fence_operand(s_flat);
       release_stage(k_empty(stage), lane);
@@ -215,11 +231,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
     }
     const int last = (n_tiles - 1) % S;
     mbarrier_wait_parity(v_full(last), ((n_tiles - 1) / S) & 1);
+    take_turn();
     issue_pv(last);
+    pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operand(o_flat);
     release_stage(v_empty(last), lane);
   }
+  if (c == 0) take_turn();  // the last arrival of warpgroup 1: leave the barrier balanced
 
   // ---- epilogue: normalise, stage the warpgroup's 64 rows in its own rows of the Q tile
   // (its last Q K^T has completed), then one TMA store per panel (dense) or 16-byte row stores
