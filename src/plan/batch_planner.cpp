@@ -3,10 +3,15 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstring>
 
 #include "api/validate.h"
 #include "math/mask.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace tessera::plan {
 namespace {
@@ -44,6 +49,109 @@ SplitCount count_splits(const PlanScratch::Tile* tiles, int n, int num_tiles, st
 }
 
 bool fits(const SplitCount& c, const WorkspaceLayout& layout) { return c.partial_rows <= layout.max_partial_rows; }
+
+// Writes the items of one (tile, chunk) for kv heads 0..heads_kv-1 from `out` on; returns the
+// end. Items are most of the plan's bytes (a 256-request batch has thousands), so this loop is
+// plan()'s largest cost: two 16-byte stores per item where only kv_head changes.
+WorkItem* write_items(WorkItem* out, int heads_kv, std::int32_t request, std::int32_t q_begin, std::int32_t q_end,
+                      std::int32_t kv_begin, std::int32_t kv_end, std::int32_t partial_row, std::int32_t chunk) {
+#if defined(__SSE2__)
+  static_assert(offsetof(WorkItem, kv_head) == 4 && offsetof(WorkItem, kv_begin) == 16);
+  __m128i head = _mm_setr_epi32(request, 0, q_begin, q_end);
+  const __m128i tail = _mm_setr_epi32(kv_begin, kv_end, partial_row, chunk);
+  const __m128i next_head = _mm_setr_epi32(0, 1, 0, 0);
+  auto* p = reinterpret_cast<__m128i*>(out);  // WorkItem is 16-byte aligned
+  for (int h = 0; h < heads_kv; ++h, p += 2) {
+    _mm_store_si128(p, head);
+    _mm_store_si128(p + 1, tail);
+    head = _mm_add_epi32(head, next_head);
+  }
+  return out + heads_kv;
+#else
+  for (int h = 0; h < heads_kv; ++h) *out++ = WorkItem{request, h, q_begin, q_end, kv_begin, kv_end, partial_row, chunk};
+  return out;
+#endif
+}
+
+// Keys visible to rows [q0, q1) of a request, {0, 0} when none.
+math::KeyRange tile_keys(const math::MaskSpec& mask, int q0, int q1) {
+  const math::KeyRange keys = math::visible_keys_of_rows(mask, q0, q1);
+  return keys.empty() ? math::KeyRange{0, 0} : keys;
+}
+
+// True when no tile can be split whatever the KV lengths: SplitPolicy::disabled, or automatic
+// with at least one whole-tile item per resident slot (the first rule of the automatic split).
+bool never_split(const PlanConfig& cfg, int t_rows, std::span<const std::int32_t> q_lens) {
+  if (cfg.split.mode == SplitPolicy::Mode::disabled) return true;
+  if (cfg.split.mode != SplitPolicy::Mode::automatic) return false;
+  const std::int64_t slots = static_cast<std::int64_t>(kDecodeCtasPerSm) * cfg.num_sms;
+  std::int64_t items = 0;
+  for (const std::int32_t q : q_lens) {
+    items += (q <= t_rows ? (q > 0 ? 1 : 0) : ceil_div(q, t_rows)) * cfg.heads_kv;  // this request's tiles
+    if (items >= slots) return true;
+  }
+  return false;
+}
+
+// Header of a written plan, and its summary.
+PlanSummary finish_plan(const PlanConfig& cfg, const PlanView& v, std::uint64_t generation, int batch,
+                        std::int64_t total_q, int t_rows, int num_tiles, int n_items, int n_merge, int n_prow,
+                        std::int64_t split_slots, std::int64_t chunk) {
+  PlanHeader h;
+  h.generation = generation;
+  h.batch = batch;
+  h.total_q = static_cast<std::int32_t>(total_q);
+  h.num_items = n_items;
+  h.num_merge_rows = n_merge;
+  h.num_partial_rows = n_prow;
+  h.q_tile_rows = t_rows;
+  h.heads_q = cfg.heads_q;
+  h.heads_kv = cfg.heads_kv;
+  h.head_dim = cfg.head_dim;
+  h.split_slots = static_cast<std::int32_t>(split_slots);
+  std::memcpy(v.header, &h, sizeof h);
+
+  PlanSummary s;
+  s.batch = batch;
+  s.total_q = total_q;
+  s.num_tiles = num_tiles;
+  s.num_items = n_items;
+  s.num_merge_rows = n_merge;
+  s.num_partial_rows = n_prow;
+  s.split_slots = static_cast<int>(split_slots);
+  s.chunk_tokens = split_slots > 0 ? chunk : 0;
+  return s;
+}
+
+// The plan when never_split(): no chunk search and no capacity check, so one sweep over the
+// requests writes the items as it finds the tiles (the same plan the general path writes).
+PlanSummary build_unsplit_plan(const PlanConfig& cfg, const WorkspaceLayout& layout,
+                               std::span<const std::int32_t> q_lens, std::span<const std::int32_t> kv_lens,
+                               std::uint64_t generation, void* dst, std::int32_t* splits) {
+  const int batch = static_cast<int>(q_lens.size());
+  const int t_rows = layout.q_tile_rows;
+  const PlanView v = plan_view(dst, layout);
+  WorkItem* item = v.items;
+  int num_tiles = 0;
+  std::int32_t q_off = 0;
+  v.qo_indptr[0] = 0;
+  for (int b = 0; b < batch; ++b) {
+    const int q_len = q_lens[b], kv_len = kv_lens[b];
+    q_off += q_len;
+    v.qo_indptr[b + 1] = q_off;
+    v.kv_len[b] = kv_len;
+    if (splits) splits[b] = q_len > 0 ? 1 : 0;
+    const math::MaskSpec mask = math::MaskSpec::make(q_len, kv_len, cfg.causal, cfg.window_left, cfg.window_right);
+    for (int q0 = 0; q0 < q_len; q0 += t_rows, ++num_tiles) {
+      const int q1 = std::min(q_len, q0 + t_rows);
+      const math::KeyRange keys = tile_keys(mask, q0, q1);
+      item = write_items(item, cfg.heads_kv, b, q0, q1, keys.begin, keys.end, kDirect, 0);
+    }
+  }
+  v.merge_indptr[0] = 0;
+  return finish_plan(cfg, v, generation, batch, q_off, t_rows, num_tiles, static_cast<int>(item - v.items), 0, 0, 0,
+                     0);
+}
 
 }  // namespace
 
@@ -150,6 +258,14 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
                        PlanScratch& scratch, std::vector<std::int32_t>* splits_per_request) {
   const int batch = static_cast<int>(q_lens.size());
   const int t_rows = layout.q_tile_rows;
+  if (never_split(cfg, t_rows, q_lens)) {
+    std::int32_t* splits = nullptr;
+    if (splits_per_request) {
+      splits_per_request->resize(static_cast<std::size_t>(batch));
+      splits = splits_per_request->data();
+    }
+    return build_unsplit_plan(cfg, layout, q_lens, kv_lens, generation, dst, splits);
+  }
 
   // Pass 1: Q tiles and the keys each one can see (no per-token work).
   if (scratch.tiles.size() < static_cast<std::size_t>(layout.max_tiles))
@@ -162,8 +278,7 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
     const math::MaskSpec mask = math::MaskSpec::make(q_len, kv_len, cfg.causal, cfg.window_left, cfg.window_right);
     for (int q0 = 0; q0 < q_len; q0 += t_rows) {
       const int q1 = std::min(q_len, q0 + t_rows);
-      math::KeyRange keys = math::visible_keys_of_rows(mask, q0, q1);
-      if (keys.empty()) keys = {0, 0};
+      const math::KeyRange keys = tile_keys(mask, q0, q1);
       // Capacity of max_tiles follows from the validated q token and request limits.
       scratch.tiles[static_cast<std::size_t>(num_tiles++)] = {b, q0, q1, keys.begin, keys.end};
       max_len = std::max<std::int64_t>(max_len, keys.end - keys.begin);
@@ -251,22 +366,24 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
     v.qo_indptr[b + 1] = q_off;
     v.kv_len[b] = kv_lens[b];
   }
-  if (splits_per_request) splits_per_request->assign(static_cast<std::size_t>(batch), 0);
+  std::int32_t* splits = nullptr;
+  if (splits_per_request) {
+    splits_per_request->assign(static_cast<std::size_t>(batch), 0);
+    splits = splits_per_request->data();
+  }
 
-  int n_items = 0, n_merge = 0, n_prow = 0;
+  WorkItem* item = v.items;
+  int n_merge = 0, n_prow = 0;
   v.merge_indptr[0] = 0;
   std::int32_t merge_entries = 0;
   for (int t = 0; t < num_tiles; ++t) {
-    auto& tile = scratch.tiles[static_cast<std::size_t>(t)];
+    const PlanScratch::Tile& tile = scratch.tiles[static_cast<std::size_t>(t)];
     const std::int64_t len = tile.kv_end - tile.kv_begin;
     const int k = (chunk > 0 && len > chunk) ? static_cast<int>(ceil_div(len, chunk)) : 1;
-    if (splits_per_request) {
-      auto& s = (*splits_per_request)[static_cast<std::size_t>(tile.request)];
-      s = std::max(s, k);
-    }
+    if (splits && splits[tile.request] < k) splits[tile.request] = k;
     if (k == 1) {
-      for (int h = 0; h < cfg.heads_kv; ++h)
-        v.items[n_items++] = {tile.request, h, tile.q_begin, tile.q_end, tile.kv_begin, tile.kv_end, kDirect, 0};
+      item = write_items(item, cfg.heads_kv, tile.request, tile.q_begin, tile.q_end, tile.kv_begin, tile.kv_end,
+                         kDirect, 0);
       continue;
     }
     const int rows = tile.q_end - tile.q_begin;
@@ -274,8 +391,7 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
     for (int c = 0; c < k; ++c) {
       const auto kb = static_cast<std::int32_t>(tile.kv_begin + c * chunk);
       const auto ke = static_cast<std::int32_t>(std::min<std::int64_t>(tile.kv_end, tile.kv_begin + (c + 1) * chunk));
-      for (int h = 0; h < cfg.heads_kv; ++h)
-        v.items[n_items++] = {tile.request, h, tile.q_begin, tile.q_end, kb, ke, base + c * rows, c};
+      item = write_items(item, cfg.heads_kv, tile.request, tile.q_begin, tile.q_end, kb, ke, base + c * rows, c);
     }
     n_prow += k * rows;
     const std::int32_t row0 = v.qo_indptr[tile.request] + tile.q_begin;
@@ -285,31 +401,8 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
       v.merge_indptr[++n_merge] = merge_entries;
     }
   }
-
-  PlanHeader h;
-  h.generation = generation;
-  h.batch = batch;
-  h.total_q = static_cast<std::int32_t>(total_q);
-  h.num_items = n_items;
-  h.num_merge_rows = n_merge;
-  h.num_partial_rows = n_prow;
-  h.q_tile_rows = t_rows;
-  h.heads_q = cfg.heads_q;
-  h.heads_kv = cfg.heads_kv;
-  h.head_dim = cfg.head_dim;
-  h.split_slots = static_cast<std::int32_t>(counts.slots);
-  std::memcpy(v.header, &h, sizeof h);
-
-  PlanSummary s;
-  s.batch = batch;
-  s.total_q = total_q;
-  s.num_tiles = num_tiles;
-  s.num_items = n_items;
-  s.num_merge_rows = n_merge;
-  s.num_partial_rows = n_prow;
-  s.split_slots = static_cast<int>(counts.slots);
-  s.chunk_tokens = counts.slots > 0 ? chunk : 0;
-  return s;
+  return finish_plan(cfg, v, generation, batch, total_q, t_rows, num_tiles, static_cast<int>(item - v.items), n_merge,
+                     n_prow, counts.slots, chunk);
 }
 
 }  // namespace tessera::plan

@@ -228,6 +228,35 @@ TEST(Planner, DisabledIsOneChunkPerTile) {
   EXPECT_EQ(p.splits, (std::vector<std::int32_t>{1, 1, 0, 1}));
 }
 
+// Plans that split nothing (SplitPolicy::disabled, or automatic with a tile per resident slot)
+// take a one-pass path; a fixed chunk longer than every request takes the general path to the
+// same plan. Both must agree byte for byte, and with the splits they report.
+TEST(Planner, UnsplitPathWritesTheGeneralPathsPlan) {
+  auto rng = fresh_rng();
+  struct MaskCase { bool causal; int left, right; };
+  const std::vector<MaskCase> masks{{false, -1, -1}, {true, -1, -1}, {false, 20, 3}, {true, 50, -1}, {false, -1, 0}};
+  for (int trial = 0; trial < 40; ++trial) {
+    const MaskCase m = masks[static_cast<std::size_t>(trial) % masks.size()];
+    const int hkv = trial % 3 == 0 ? 1 : 4;
+    const int n = 1 + static_cast<int>(rng() % 120);
+    std::vector<std::int32_t> q = random_lens(rng, n, 0, 3), kv = random_lens(rng, n, 0, 9000);
+    for (int b = 0; b < n; b += 7) q[static_cast<std::size_t>(b)] = static_cast<int>(rng() % 300);  // prefill chunks
+    const bool automatic = trial % 2 == 0;
+    // Automatic on a 1-SM device: 2 slots, so any batch with 2 tiles' items stays whole.
+    const SplitPolicy fast_policy = automatic ? SplitPolicy{} : disabled();
+    Planned fast = make_plan(config(16, hkv, fast_policy, 16, m.causal, m.left, m.right), 1, q, kv);
+    Planned general = make_plan(config(16, hkv, fixed(1 << 30), 16, m.causal, m.left, m.right), 1, q, kv);
+    if (automatic && fast.summary.chunk_tokens != 0) continue;  // a single tile's item: split
+    ASSERT_EQ(fast.layout.plan_bytes, general.layout.plan_bytes);
+    EXPECT_EQ(std::memcmp(fast.ws->data(), general.ws->data(), fast.layout.plan_bytes), 0) << "trial " << trial;
+    EXPECT_EQ(fast.splits, general.splits) << "trial " << trial;
+    EXPECT_EQ(fast.summary.num_tiles, general.summary.num_tiles);
+    EXPECT_EQ(fast.summary.num_items, general.summary.num_items);
+    EXPECT_EQ(fast.summary.split_slots, 0);
+    check_plan(fast, q, kv);
+  }
+}
+
 TEST(Planner, FixedChunksSplitEachRequestIndependently) {
   const std::vector<std::int32_t> q{1, 1, 1, 20}, kv{1000, 100, 0, 250};
   for (int chunk : {1, 7, 100, 256, 5000}) {
