@@ -33,8 +33,8 @@ struct FwdArgs {
   int window_right = -1;
 };
 
-// One instance per (dtype, head dim), defined in instance_hdim*.cu.
-template <typename T, int kHeadDim>
+// One instance per (dtype, head dim, K tile width), defined in instance_hdim*.cu.
+template <typename T, int kHeadDim, int kBlockN>
 void launch_forward(const FwdArgs& args, int batch, int heads_q, void* stream);
 
 }  // namespace tessera::cuda::sm90

@@ -55,10 +55,10 @@ __device__ __forceinline__ void release_stage(std::uint32_t bar, int lane) {
   if (lane == 0) mbarrier_arrive(bar);
 }
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
+template <typename T, int kHeadDim, int kBlockN>
+__global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
     forward_kernel(const __grid_constant__ FwdArgs a) {
-  using Tr = FwdTraits<kHeadDim>;
+  using Tr = FwdTraits<kHeadDim, kBlockN>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = Traits<T>::is_bf16;
   extern __shared__ unsigned char smem_raw[];
@@ -243,7 +243,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
   // ---- epilogue: normalise, stage the warpgroup's 64 rows in its own rows of the Q tile
   // (its last Q K^T has completed), then one TMA store per panel (dense) or 16-byte row stores
   // (ragged, where a box past the sequence would write into the next one). ----
-  const int valid_rows = min(64, q_len - wg_row0);  // rows of this warpgroup inside the sequence
+  // The sequence's offsets are fetched again rather than kept live through the mainloop (held
+  // across setmaxnreg they spilled).
+  int out_row0 = 0, out_len = a.seq_q;
+  if (a.cu_seqlens_q != nullptr) {
+    out_row0 = a.cu_seqlens_q[blockIdx.z];
+    out_len = a.cu_seqlens_q[blockIdx.z + 1] - out_row0;
+  }
+  const int valid_rows = min(64, out_len - wg_row0);  // rows of this warpgroup inside the sequence
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     rows[hh].l = sm80::quad_sum(rows[hh].l);
@@ -257,7 +264,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
     }
     const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
     if (a.lse != nullptr && q == 0 && rr < valid_rows)
-      a.lse[b * a.lse_batch + h * a.lse_head + q_row0 + wg_row0 + rr] = rows[hh].lse();
+      a.lse[b * a.lse_batch + h * a.lse_head + out_row0 + wg_row0 + rr] = rows[hh].lse();
   }
   fence_proxy_async_shared_cta();  // the TMA store reads what these generic stores wrote
   named_barrier_sync(kEpilogueBarrier0 + c, 128);
@@ -272,7 +279,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
     }
   } else {
     constexpr int kChunks = D / 8;  // 16-byte chunks per row
-    T* out = static_cast<T*>(a.o) + (q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row + h * a.o_head;
+    T* out = static_cast<T*>(a.o) + (out_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row + h * a.o_head;
 #pragma unroll
     for (int it = 0; it < 64 * kChunks / 128; ++it) {
       const int idx = t + 128 * it;

@@ -9,14 +9,22 @@
 // Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 64 head-dim
 // columns (128 bytes a row), rows 128 bytes apart, each panel 1024-byte aligned.
 //   head_dim  64: 128 x 128 tiles, 4 stages: Q 16 KB + 4 x (16 + 16) KB = 144 KB
-//   head_dim 128: 128 x 128 tiles, 2 stages: Q 32 KB + 2 x (32 + 32) KB = 160 KB
-//   head_dim 256: 128 x  64 tiles, 2 stages: Q 64 KB + 2 x (32 + 32) KB = 192 KB
+//   head_dim 128: 128 x 176 tiles (128 x 128 when masked), 2 stages: 32 + 2 x (44 + 44) = 208 KB
+//   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: 64 + 2 x (40 + 40) = 224 KB
+// Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
+// rescale) over more keys; masked problems keep 128 so fewer keys are computed and thrown away
+// on the diagonal.
 // Registers per consumer thread: S (kBlockN / 2), P (kBlockN / 4), O (head_dim / 2) floats.
 #pragma once
 
 namespace tessera::cuda::sm90 {
 
-template <int kHeadDim_>
+// K tile width per head dim and mask: the instances that exist (launch.cu picks one).
+constexpr int block_n_for(int head_dim, bool masked) {
+  return head_dim == 64 ? 128 : head_dim == 128 ? (masked ? 128 : 176) : (masked ? 64 : 80);
+}
+
+template <int kHeadDim_, int kBlockN_>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim % 64 == 0, "head_dim is a whole number of 128-byte panels");
@@ -24,7 +32,8 @@ struct FwdTraits {
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
-  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  static constexpr int kBlockN = kBlockN_;
+  static_assert(kBlockN % 16 == 0, "whole k16 steps of the P V product");
   static constexpr int kStages = kHeadDim == 64 ? 4 : 2;
   // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM.
   static constexpr int kProducerRegs = 24;

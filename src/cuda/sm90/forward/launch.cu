@@ -27,11 +27,17 @@ bool fail(std::string* why, const std::string& what) {
   return false;
 }
 
+template <int D>
+int smem_bytes_max() {
+  const int a = FwdTraits<D, block_n_for(D, false)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, true)>::kSmemBytes;
+  return a > b ? a : b;
+}
+
 int smem_bytes(int head_dim) {
   switch (head_dim) {
-    case 64: return FwdTraits<64>::kSmemBytes;
-    case 128: return FwdTraits<128>::kSmemBytes;
-    case 256: return FwdTraits<256>::kSmemBytes;
+    case 64: return smem_bytes_max<64>();
+    case 128: return smem_bytes_max<128>();
+    case 256: return smem_bytes_max<256>();
     default: return 0;
   }
 }
@@ -55,12 +61,18 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
   return make_tensor_map_tiled(type, ragged ? 3 : 4, t.ptr, dims, strides, box);
 }
 
+template <typename T, int D>
+void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked) {
+  if (masked) return launch_forward<T, D, block_n_for(D, true)>(a, p.batch, p.heads_q, p.stream);
+  return launch_forward<T, D, block_n_for(D, false)>(a, p.batch, p.heads_q, p.stream);
+}
+
 template <typename T>
-void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p) {
+void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked) {
   switch (p.head_dim) {
-    case 64: return launch_forward<T, 64>(a, p.batch, p.heads_q, p.stream);
-    case 128: return launch_forward<T, 128>(a, p.batch, p.heads_q, p.stream);
-    case 256: return launch_forward<T, 256>(a, p.batch, p.heads_q, p.stream);
+    case 64: return launch_for_mask<T, 64>(a, p, masked);
+    case 128: return launch_for_mask<T, 128>(a, p, masked);
+    case 256: return launch_for_mask<T, 256>(a, p, masked);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -116,12 +128,9 @@ bool run_forward(const AttentionParams& p) {
   const std::int64_t rows_q = ragged ? p.total_q : p.seq_q;
   const std::int64_t rows_k = ragged ? p.total_k : p.seq_k;
   const int seqs = ragged ? 1 : p.batch;
-  const std::uint32_t box_m = p.head_dim == 64 ? FwdTraits<64>::kBlockM
-                               : p.head_dim == 128 ? FwdTraits<128>::kBlockM
-                                                   : FwdTraits<256>::kBlockM;
-  const std::uint32_t box_n = p.head_dim == 64 ? FwdTraits<64>::kBlockN
-                               : p.head_dim == 128 ? FwdTraits<128>::kBlockN
-                                                   : FwdTraits<256>::kBlockN;
+  const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
+  const std::uint32_t box_m = FwdTraits<128, 128>::kBlockM;  // every instance: 2 x 64 rows
+  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked));
   FwdArgs a;
   try {
     a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, box_m);
@@ -151,8 +160,8 @@ bool run_forward(const AttentionParams& p) {
   a.window_right = p.mask.window_right;
 
   DeviceScope scope(p.device.index);
-  if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p);
-  else launch_for_head_dim<__half>(a, p);
+  if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked);
+  else launch_for_head_dim<__half>(a, p, masked);
   return true;
 }
 
