@@ -105,7 +105,7 @@ struct BatchAttention::State {
   Workspace workspace;
   plan::WorkspaceLayout layout;
   plan::PlanSummary summary;
-  std::vector<std::int32_t> q_lens, kv_lens, splits;
+  std::vector<std::int32_t> kv_lens, splits;  // kv_lens: run() checks the page table against them
   plan::PlanScratch scratch;
   // Host image of the plan arrays for device workspaces (16-byte aligned), copied on plan().
   std::vector<plan::PlanHeader> image;
@@ -185,16 +185,14 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
     const auto* src = reinterpret_cast<const unsigned char*>(s.image.data());
     auto* dst = static_cast<unsigned char*>(workspace.data);
     auto stream = static_cast<cudaStream_t>(ctx.stream);
-    const std::size_t head = layout.items + sizeof(plan::WorkItem) * static_cast<std::size_t>(summary.num_items);
-    const std::size_t merge_end =
-        layout.merge_partial + sizeof(std::int32_t) * static_cast<std::size_t>(summary.num_partial_rows);
+    const plan::PlanRanges ranges = plan::used_ranges(layout, summary);
     int previous = 0;
     cudaError_t err = cudaGetDevice(&previous);
     if (err == cudaSuccess) err = cudaSetDevice(workspace.device.index);
-    if (err == cudaSuccess) err = cudaMemcpyAsync(dst, src, head, cudaMemcpyHostToDevice, stream);
-    if (err == cudaSuccess)
-      err = cudaMemcpyAsync(dst + layout.merge_indptr, src + layout.merge_indptr, merge_end - layout.merge_indptr,
-                            cudaMemcpyHostToDevice, stream);
+    for (int i = 0; i < ranges.count && err == cudaSuccess; ++i) {
+      const plan::ByteRange& r = ranges.range[i];
+      err = cudaMemcpyAsync(dst + r.begin, src + r.begin, r.end - r.begin, cudaMemcpyHostToDevice, stream);
+    }
     cudaSetDevice(previous);  // leave the caller's current device as it was
     if (err != cudaSuccess)
       throw Error(ErrorCode::backend_failure, "workspace",
@@ -207,7 +205,6 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
   s.workspace = workspace;
   s.layout = layout;
   s.summary = summary;
-  s.q_lens.assign(q_lens.begin(), q_lens.end());
   s.kv_lens.assign(kv_lens.begin(), kv_lens.end());
 }
 

@@ -173,6 +173,21 @@ struct PlanSummary {
   std::int64_t chunk_tokens = 0;  // chosen chunk size; 0 = no split
 };
 
+// Byte ranges (offsets from the workspace start, in order) that hold what run() reads of a
+// plan: the header, request arrays and items, then the used parts of the merge arrays (none when
+// no row is split); the unused tails of the capacity-sized arrays are left out. Ranges less than
+// kCopyGapBytes apart are joined: one more host-to-device copy call costs more than copying
+// that many unused bytes. For copying a host image of the plan to a device workspace.
+inline constexpr std::uint64_t kCopyGapBytes = 16 * 1024;
+struct ByteRange {
+  std::uint64_t begin = 0, end = 0;
+};
+struct PlanRanges {
+  ByteRange range[4];
+  int count = 0;
+};
+PlanRanges used_ranges(const WorkspaceLayout& layout, const PlanSummary& summary);
+
 // Builds the plan for requests (q_lens[b], kv_lens[b]) (already validated: same size,
 // non-negative, within max_requests / max_q_tokens) into `dst` laid out as `layout`.
 // Checks the partial-row capacity first and throws workspace_too_small (naming

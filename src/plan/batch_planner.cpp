@@ -253,6 +253,25 @@ PlanView plan_view(void* base, const WorkspaceLayout& l) {
                   reinterpret_cast<float*>(b + l.partial_o)};
 }
 
+PlanRanges used_ranges(const WorkspaceLayout& l, const PlanSummary& summary) {
+  const std::uint64_t i32 = sizeof(std::int32_t);
+  const auto n_items = static_cast<std::uint64_t>(summary.num_items);
+  const auto n_merge = static_cast<std::uint64_t>(summary.num_merge_rows);
+  const auto n_prow = static_cast<std::uint64_t>(summary.num_partial_rows);
+  PlanRanges r;
+  auto add = [&r](std::uint64_t begin, std::uint64_t end) {
+    if (r.count > 0 && begin - r.range[r.count - 1].end < kCopyGapBytes) r.range[r.count - 1].end = end;
+    else r.range[r.count++] = {begin, end};
+  };
+  add(l.header, l.items + sizeof(WorkItem) * n_items);
+  if (n_merge > 0) {  // the merge kernel reads merge rows [0, num_merge_rows) only
+    add(l.merge_indptr, l.merge_indptr + i32 * (n_merge + 1));
+    add(l.merge_row, l.merge_row + i32 * n_merge);
+    add(l.merge_partial, l.merge_partial + i32 * n_prow);
+  }
+  return r;
+}
+
 PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std::span<const std::int32_t> q_lens,
                        std::span<const std::int32_t> kv_lens, std::uint64_t generation, void* dst,
                        PlanScratch& scratch, std::vector<std::int32_t>* splits_per_request) {

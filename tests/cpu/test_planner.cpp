@@ -257,6 +257,48 @@ TEST(Planner, UnsplitPathWritesTheGeneralPathsPlan) {
   }
 }
 
+// A device workspace gets only plan::used_ranges() of the host image: they must hold every
+// array element a backend reads, and leave out the unused merge arrays.
+TEST(Planner, UsedRangesHoldWhatRunReads) {
+  struct Case { std::vector<std::int32_t> q, kv; SplitPolicy split; int max_q_tokens; std::size_t ranges; };
+  const std::vector<Case> cases{
+      {{1, 1, 40}, {300, 5000, 900}, disabled(), 4096, 1},     // no split: header to items only
+      {{1, 1, 40}, {300, 5000, 900}, fixed(256), 64, 2},       // merge arrays close together: one range
+      {{1, 1, 40}, {300, 5000, 900}, fixed(256), 40000, 4},    // capacity tails > kCopyGapBytes apart
+  };
+  for (const Case& c : cases) {
+    BatchConfig cfg = config(8, 2, c.split);
+    cfg.max_q_tokens = c.max_q_tokens;
+    Planned p = make_plan(cfg, 4, c.q, c.kv, true);
+    const plan::PlanRanges r = plan::used_ranges(p.layout, p.summary);
+    ASSERT_EQ(static_cast<std::size_t>(r.count), c.ranges);
+    Buffer copy(p.ws->bytes);
+    for (int i = 0; i < r.count; ++i) {
+      ASSERT_LT(r.range[i].begin, r.range[i].end);
+      if (i > 0) {
+        ASSERT_GE(r.range[i].begin - r.range[i - 1].end, plan::kCopyGapBytes);
+      }
+      ASSERT_LE(r.range[i].end, p.layout.plan_bytes);
+      std::memcpy(static_cast<char*>(copy.data()) + r.range[i].begin,
+                  static_cast<const char*>(p.ws->data()) + r.range[i].begin, r.range[i].end - r.range[i].begin);
+    }
+    const plan::PlanView a = p.view(), b = plan::plan_view(copy.data(), p.layout);
+    const int batch = static_cast<int>(c.q.size()), items = p.summary.num_items, merges = p.summary.num_merge_rows;
+    auto same = [](const void* x, const void* y, std::size_t n) { return std::memcmp(x, y, n) == 0; };
+    EXPECT_TRUE(same(a.header, b.header, sizeof(plan::PlanHeader)));
+    EXPECT_TRUE(same(a.qo_indptr, b.qo_indptr, 4 * (batch + 1)));
+    EXPECT_TRUE(same(a.kv_len, b.kv_len, 4 * batch));
+    EXPECT_TRUE(same(a.items, b.items, sizeof(plan::WorkItem) * items));
+    if (merges > 0) {
+      EXPECT_TRUE(same(a.merge_indptr, b.merge_indptr, 4 * (merges + 1)));
+      EXPECT_TRUE(same(a.merge_row, b.merge_row, 4 * merges));
+      EXPECT_TRUE(same(a.merge_partial, b.merge_partial, 4 * p.summary.num_partial_rows));
+    } else {
+      EXPECT_EQ(b.merge_indptr[0], 0);  // not copied (zero here); no backend reads it
+    }
+  }
+}
+
 TEST(Planner, FixedChunksSplitEachRequestIndependently) {
   const std::vector<std::int32_t> q{1, 1, 1, 20}, kv{1000, 100, 0, 250};
   for (int chunk : {1, 7, 100, 256, 5000}) {
