@@ -31,10 +31,16 @@ struct FwdArgs {
   bool causal = false;
   int window_left = -1;
   int window_right = -1;
+  // The persistent grid's work: m_blocks x heads x batch tiles of kBlockM query rows, taken
+  // by CTA i as tiles i, i + gridDim.x, ... (tile_coords in kernel.cuh gives the order).
+  int m_blocks = 0;
+  int heads = 0;
+  int batch = 0;
 };
 
-// One instance per (dtype, head dim, K tile width), defined in instance_hdim*.cu.
-template <typename T, int kHeadDim, int kBlockN>
-void launch_forward(const FwdArgs& args, int batch, int heads_q, void* stream);
+// One instance per (dtype, head dim, K tile width, mask kind), defined in instance_hdim*.cu;
+// a grid of min(tiles, num_sms) persistent CTAs.
+template <typename T, int kHeadDim, int kBlockN, bool kMasked>
+void launch_forward(const FwdArgs& args, int num_sms, void* stream);
 
 }  // namespace tessera::cuda::sm90

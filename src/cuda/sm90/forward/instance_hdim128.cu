@@ -1,12 +1,12 @@
-// sm90 forward instances for head_dim 128 (f16, bf16; K tiles of 128 and 176).
+// sm90 forward instances for head_dim 128 (f16, bf16; unmasked and masked).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "cuda/sm90/forward/launch_template.cuh"
 
 namespace tessera::cuda::sm90 {
-template void launch_forward<__half, 128, 128>(const FwdArgs&, int, int, void*);
-template void launch_forward<__nv_bfloat16, 128, 128>(const FwdArgs&, int, int, void*);
-template void launch_forward<__half, 128, 176>(const FwdArgs&, int, int, void*);
-template void launch_forward<__nv_bfloat16, 128, 176>(const FwdArgs&, int, int, void*);
+template void launch_forward<__half, 128, 176, false>(const FwdArgs&, int, void*);
+template void launch_forward<__nv_bfloat16, 128, 176, false>(const FwdArgs&, int, void*);
+template void launch_forward<__half, 128, 128, true>(const FwdArgs&, int, void*);
+template void launch_forward<__nv_bfloat16, 128, 128, true>(const FwdArgs&, int, void*);
 }  // namespace tessera::cuda::sm90

@@ -1,6 +1,6 @@
 // Tile shapes and shared-memory layout of the sm90 forward (warp-specialised, TMA + wgmma).
 //
-// A CTA has 1 producer warpgroup (one thread issues every TMA copy; the warpgroup gives its
+// A persistent CTA (one per SM) walks its share of the tiles. It has 1 producer warpgroup (one thread issues every TMA copy; the warpgroup gives its
 // registers back with setmaxnreg) and 2 consumer warpgroups, each owning 64 query rows of the
 // 128-row Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from registers, V
 // MN-major in smem). K and V tiles stream through a ring of kStages stages, each with a "full"
@@ -48,8 +48,8 @@ struct FwdTraits {
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kBarrierOffset = kVOffset + kStages * kKVTileBytes;
-  // Barriers: Q full, then K full / K empty / V full / V empty, kStages each.
-  static constexpr int kBarriers = 1 + 4 * kStages;
+  // Barriers: Q full, Q empty, then K full / K empty / V full / V empty, kStages each.
+  static constexpr int kBarriers = 2 + 4 * kStages;
   // + 1024: the dynamic smem base is only 16-byte aligned; the kernel rounds it up.
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");

@@ -62,17 +62,17 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
 }
 
 template <typename T, int D>
-void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked) {
-  if (masked) return launch_forward<T, D, block_n_for(D, true)>(a, p.batch, p.heads_q, p.stream);
-  return launch_forward<T, D, block_n_for(D, false)>(a, p.batch, p.heads_q, p.stream);
+void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+  if (masked) return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
+  return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);
 }
 
 template <typename T>
-void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked) {
+void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
   switch (p.head_dim) {
-    case 64: return launch_for_mask<T, 64>(a, p, masked);
-    case 128: return launch_for_mask<T, 128>(a, p, masked);
-    case 256: return launch_for_mask<T, 256>(a, p, masked);
+    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms);
+    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms);
+    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -159,9 +159,15 @@ bool run_forward(const AttentionParams& p) {
   a.window_left = p.mask.window_left;
   a.window_right = p.mask.window_right;
 
+  a.m_blocks = (p.seq_q + static_cast<int>(box_m) - 1) / static_cast<int>(box_m);
+  a.heads = p.heads_q;
+  a.batch = p.batch;
+
   DeviceScope scope(p.device.index);
-  if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked);
-  else launch_for_head_dim<__half>(a, p, masked);
+  int num_sms = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, p.device.index));
+  if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked, num_sms);
+  else launch_for_head_dim<__half>(a, p, masked, num_sms);
   return true;
 }
 

@@ -1,4 +1,4 @@
-// launch_forward<T, kHeadDim, kBlockN>: the host side of one sm90 instance (included by instance_hdim*.cu).
+// launch_forward<T, kHeadDim, kBlockN, kMasked>: the host side of one sm90 instance (included by instance_hdim*.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,14 +9,15 @@
 
 namespace tessera::cuda::sm90 {
 
-template <typename T, int kHeadDim, int kBlockN>
-void launch_forward(const FwdArgs& args, int batch, int heads_q, void* stream) {
+template <typename T, int kHeadDim, int kBlockN, bool kMasked>
+void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   using Tr = FwdTraits<kHeadDim, kBlockN>;
-  const int q_tiles = (args.seq_q + Tr::kBlockM - 1) / Tr::kBlockM;
-  if (q_tiles == 0 || batch == 0 || heads_q == 0) return;
-  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN>;
+  const long long tiles = static_cast<long long>(args.m_blocks) * args.heads * args.batch;
+  if (tiles == 0) return;
+  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(heads_q), static_cast<unsigned>(batch));
+  // Persistent: one CTA per SM (shared memory allows no more), each walking its tiles.
+  const unsigned grid = static_cast<unsigned>(tiles < num_sms ? tiles : num_sms);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
