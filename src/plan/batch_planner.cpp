@@ -61,6 +61,7 @@ WorkItem* write_items(WorkItem* out, int heads_kv, std::int32_t request, std::in
   const __m128i tail = _mm_setr_epi32(kv_begin, kv_end, partial_row, chunk);
   const __m128i next_head = _mm_setr_epi32(0, 1, 0, 0);
   auto* p = reinterpret_cast<__m128i*>(out);  // WorkItem is 16-byte aligned
+#pragma GCC unroll 8
   for (int h = 0; h < heads_kv; ++h, p += 2) {
     _mm_store_si128(p, head);
     _mm_store_si128(p + 1, tail);
@@ -123,11 +124,28 @@ PlanSummary finish_plan(const PlanConfig& cfg, const PlanView& v, std::uint64_t 
   return s;
 }
 
-// The plan when never_split(): no chunk search and no capacity check, so one sweep over the
-// requests writes the items as it finds the tiles (the same plan the general path writes).
-PlanSummary build_unsplit_plan(const PlanConfig& cfg, const WorkspaceLayout& layout,
-                               std::span<const std::int32_t> q_lens, std::span<const std::int32_t> kv_lens,
-                               std::uint64_t generation, void* dst, std::int32_t* splits) {
+// Tile keys of the unsplit sweep. Without a window the range needs no general clamping: all
+// keys (not causal), or keys up to the diagonal of the tile's last row (causal, bottom-right);
+// the same ranges as tile_keys() (the planner tests compare the plans byte for byte).
+struct AllKeys {
+  math::KeyRange operator()(int, int kv_len, int, int) const { return {0, kv_len}; }
+};
+struct CausalKeys {
+  math::KeyRange operator()(int q_len, int kv_len, int, int q1) const {
+    return {0, static_cast<int>(std::max<std::int64_t>(0, static_cast<std::int64_t>(q1) + kv_len - q_len))};
+  }
+};
+struct WindowKeys {
+  const PlanConfig& cfg;
+  math::KeyRange operator()(int q_len, int kv_len, int q0, int q1) const {
+    return tile_keys(math::MaskSpec::make(q_len, kv_len, cfg.causal, cfg.window_left, cfg.window_right), q0, q1);
+  }
+};
+
+template <class Keys>
+PlanSummary sweep_unsplit(const PlanConfig& cfg, const WorkspaceLayout& layout, std::span<const std::int32_t> q_lens,
+                          std::span<const std::int32_t> kv_lens, std::uint64_t generation, void* dst,
+                          std::int32_t* splits, Keys keys_of) {
   const int batch = static_cast<int>(q_lens.size());
   const int t_rows = layout.q_tile_rows;
   const PlanView v = plan_view(dst, layout);
@@ -141,16 +159,27 @@ PlanSummary build_unsplit_plan(const PlanConfig& cfg, const WorkspaceLayout& lay
     v.qo_indptr[b + 1] = q_off;
     v.kv_len[b] = kv_len;
     if (splits) splits[b] = q_len > 0 ? 1 : 0;
-    const math::MaskSpec mask = math::MaskSpec::make(q_len, kv_len, cfg.causal, cfg.window_left, cfg.window_right);
     for (int q0 = 0; q0 < q_len; q0 += t_rows, ++num_tiles) {
       const int q1 = std::min(q_len, q0 + t_rows);
-      const math::KeyRange keys = tile_keys(mask, q0, q1);
+      const math::KeyRange keys = keys_of(q_len, kv_len, q0, q1);
       item = write_items(item, cfg.heads_kv, b, q0, q1, keys.begin, keys.end, kDirect, 0);
     }
   }
   v.merge_indptr[0] = 0;
   return finish_plan(cfg, v, generation, batch, q_off, t_rows, num_tiles, static_cast<int>(item - v.items), 0, 0, 0,
                      0);
+}
+
+// The plan when never_split(): no chunk search and no capacity check, so one sweep over the
+// requests writes the items as it finds the tiles (the same plan the general path writes).
+PlanSummary build_unsplit_plan(const PlanConfig& cfg, const WorkspaceLayout& layout,
+                               std::span<const std::int32_t> q_lens, std::span<const std::int32_t> kv_lens,
+                               std::uint64_t generation, void* dst, std::int32_t* splits) {
+  if (cfg.window_left < 0 && cfg.causal)
+    return sweep_unsplit(cfg, layout, q_lens, kv_lens, generation, dst, splits, CausalKeys{});
+  if (cfg.window_left < 0 && cfg.window_right < 0)
+    return sweep_unsplit(cfg, layout, q_lens, kv_lens, generation, dst, splits, AllKeys{});
+  return sweep_unsplit(cfg, layout, q_lens, kv_lens, generation, dst, splits, WindowKeys{cfg});
 }
 
 }  // namespace

@@ -234,8 +234,11 @@ TEST(Planner, DisabledIsOneChunkPerTile) {
 TEST(Planner, UnsplitPathWritesTheGeneralPathsPlan) {
   auto rng = fresh_rng();
   struct MaskCase { bool causal; int left, right; };
-  const std::vector<MaskCase> masks{{false, -1, -1}, {true, -1, -1}, {false, 20, 3}, {true, 50, -1}, {false, -1, 0}};
-  for (int trial = 0; trial < 40; ++trial) {
+  // No mask, causal (with a right window, which causal overrides), and windows: each of the
+  // unsplit sweep's key rules.
+  const std::vector<MaskCase> masks{{false, -1, -1}, {true, -1, -1}, {true, -1, 5},
+                                    {false, 20, 3},  {true, 50, -1}, {false, -1, 0}};
+  for (int trial = 0; trial < 48; ++trial) {
     const MaskCase m = masks[static_cast<std::size_t>(trial) % masks.size()];
     const int hkv = trial % 3 == 0 ? 1 : 4;
     const int n = 1 + static_cast<int>(rng() % 120);
