@@ -1,4 +1,5 @@
 // BatchAttention: validate, plan into the caller's workspace, run the plan.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -144,12 +145,18 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
   if (static_cast<std::int64_t>(kv_lens.size()) != batch)
     fail(ErrorCode::invalid_argument, "kv_lens", "size " + str(batch) + " (as q_lens)",
          "size " + str(static_cast<std::int64_t>(kv_lens.size())));
+  // One branch-free pass (it vectorises); the first negative length is looked for only on failure.
   std::int64_t total_q = 0;
+  std::int32_t min_len = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
-    if (q_lens[b] < 0) fail(ErrorCode::invalid_argument, "q_lens[" + str(b) + "]", ">= 0", str(q_lens[b]));
-    if (kv_lens[b] < 0) fail(ErrorCode::invalid_argument, "kv_lens[" + str(b) + "]", ">= 0", str(kv_lens[b]));
     total_q += q_lens[b];
+    min_len = std::min(min_len, std::min(q_lens[b], kv_lens[b]));
   }
+  if (min_len < 0)
+    for (std::int64_t b = 0; b < batch; ++b) {
+      if (q_lens[b] < 0) fail(ErrorCode::invalid_argument, "q_lens[" + str(b) + "]", ">= 0", str(q_lens[b]));
+      if (kv_lens[b] < 0) fail(ErrorCode::invalid_argument, "kv_lens[" + str(b) + "]", ">= 0", str(kv_lens[b]));
+    }
   if (total_q > c.max_q_tokens)
     fail(ErrorCode::invalid_argument, "q_lens",
          "a sum of at most config.max_q_tokens = " + str(c.max_q_tokens) + " query tokens", "sum " + str(total_q));
