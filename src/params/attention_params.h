@@ -29,6 +29,14 @@ struct LsePtr {
   std::int64_t offset(std::int64_t b, std::int64_t r, std::int64_t h) const { return b * batch + h * head + r; }
 };
 
+// FP8 dequantisation factors, fp32, one per (sequence, kv head); ptr == nullptr means 1.
+struct DescalePtr {
+  const float* ptr = nullptr;
+  std::int64_t batch = 0;
+  std::int64_t head = 0;
+  float at(int b, int h_kv) const { return ptr == nullptr ? 1.0f : ptr[b * batch + h_kv * head]; }
+};
+
 struct MaskOptions {
   float scale = 1.0f;       // resolved (default already applied)
   float softcap = 0.0f;     // 0 = off
@@ -57,11 +65,16 @@ struct AttentionParams {
   LsePtr lse;
   MaskOptions mask;
   bool deterministic = false;
+  // FP8 forward (dtype e4m3 for q, k, v): the attention of q * q_descale, k * k_descale and
+  // v * v_descale, factors per (sequence, kv head; a query head uses its kv head's). The output
+  // is then bf16 (out_dtype()); every other dtype writes out in its own dtype.
+  DescalePtr q_descale, k_descale, v_descale;
 
   void* stream = nullptr;
   int num_threads = 0;
 
   bool ragged() const { return cu_seqlens_q != nullptr; }
+  DType out_dtype() const { return dtype == DType::e4m3 ? DType::bf16 : dtype; }
   // Row offset and length of sequence b (host-visible cu_seqlens only when ragged).
   std::int64_t q_start(int b) const { return ragged() ? cu_seqlens_q[b] : 0; }
   std::int64_t k_start(int b) const { return ragged() ? cu_seqlens_k[b] : 0; }
