@@ -17,8 +17,8 @@ namespace tessera::cuda {
 namespace {
 
 constexpr const char* kForwardSupport =
-    "supported on CUDA: fp16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0, "
-    "16-byte aligned pointers and 16-byte multiple batch/row/head strides";
+    "supported on CUDA: fp16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0; fp8_e4m3 with head_dim "
+    "128 or 256 on compute capability 9.0; 16-byte aligned pointers and 16-byte multiple batch/row/head strides";
 
 bool fail(std::string* why, const std::string& what) {
   if (why != nullptr) *why = what + " (" + kForwardSupport + ")";
@@ -27,14 +27,15 @@ bool fail(std::string* why, const std::string& what) {
 
 bool aligned_16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-// Element strides of 16-bit data that keep every row start 16-byte aligned.
-bool strides_ok(const StridedPtr& t, const char* name, std::string* why) {
+// Element strides that keep every row start 16-byte aligned (elements of elem_bytes bytes).
+bool strides_ok(const StridedPtr& t, const char* name, int elem_bytes, std::string* why) {
   const std::int64_t s[3] = {t.batch, t.row, t.head};
   const char* dims[3] = {"batch", "row", "head"};
+  const int multiple = 16 / elem_bytes;
   for (int i = 0; i < 3; ++i)
-    if (s[i] % 8 != 0)
-      return fail(why, std::string(name) + " " + dims[i] + " stride: expected a multiple of 8 elements (16 bytes), got " +
-                           std::to_string(s[i]));
+    if (s[i] % multiple != 0)
+      return fail(why, std::string(name) + " " + dims[i] + " stride: expected a multiple of " + std::to_string(multiple) +
+                           " elements (16 bytes), got " + std::to_string(s[i]));
   if (!aligned_16(t.ptr)) return fail(why, std::string(name) + ": expected a 16-byte aligned data pointer, got a misaligned one");
   return true;
 }
@@ -51,16 +52,27 @@ int device_count() noexcept {
 }
 
 bool supports_forward(const AttentionParams& p, std::string* why) {
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+  if (p.dtype == DType::e4m3) {
+#if defined(TESSERA_HAS_SM90_KERNELS)
+    std::string sm90_why;
+    if (!sm90::forward_applicable(p, &sm90_why))
+      return fail(why, "dtype fp8_e4m3: needs the sm90 kernels, which do not apply here (" + sm90_why + ")");
+#else
+    return fail(why, "dtype fp8_e4m3: this build has no sm90 kernels (CUDA architectures without 90)");
+#endif
+  } else if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return fail(why, std::string("dtype: expected fp16 or bf16 on CUDA, got ") + dtype_name(p.dtype));
+  }
   if (!sm80::forward_head_dim_compiled(p.head_dim))
     return fail(why, "head_dim: expected 64, 128 or 256 on CUDA, got " + std::to_string(p.head_dim));
   if (p.batch > 65535 || p.heads_q > 65535)
     return fail(why, "batch and heads_q: expected at most 65535 each on CUDA, got " + std::to_string(p.batch) +
                          " and " + std::to_string(p.heads_q));
-  const std::pair<const StridedPtr*, const char*> tensors[] = {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "out"}};
-  for (const auto& [t, name] : tensors)
-    if (!strides_ok(*t, name, why)) return false;
+  const int in_bytes = p.dtype == DType::e4m3 ? 1 : 2;
+  const std::pair<const StridedPtr*, const char*> inputs[] = {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}};
+  for (const auto& [t, name] : inputs)
+    if (!strides_ok(*t, name, in_bytes, why)) return false;
+  if (!strides_ok(p.o, "out", 2, why)) return false;
   int major = 0, optin = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
@@ -84,6 +96,10 @@ void attention_forward(const AttentionParams& p) {
 #if defined(TESSERA_HAS_SM90_KERNELS)
   if (sm90::forward_applicable(p) && sm90::run_forward(p)) return;
 #endif
+  if (p.dtype == DType::e4m3)
+    throw Error(ErrorCode::unsupported, "q",
+                "attention_forward_fp8: the copy engine cannot describe these strides (tensor map refused); " +
+                    std::string(kForwardSupport));
   sm80::run_forward(p);
 }
 

@@ -26,10 +26,13 @@ namespace tessera::cuda {
 // unnormalised weights exp2(t - m) in place; rows[] enter the tile (m, l updated; the thread's
 // partial l, the quad's parts are summed at the end) and alpha[h] is the factor by which row h's
 // O accumulator must be multiplied. `masked` false: the whole tile is visible to every row.
+// log2_weight_scale w: the weights come out as 2^w exp2(t - m) (fp8 P needs them away from the
+// bottom of its range); l then sums the scaled weights, and the caller divides out 2^w.
 template <int kBlockN>
 __device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], math::OnlineSoftmaxRow (&rows)[2],
                                                   const math::KeyRange (&keys)[2], bool masked, int n0, int q,
-                                                  float scale, float scale_log2, float softcap, float (&alpha)[2]) {
+                                                  float scale, float scale_log2, float softcap, float (&alpha)[2],
+                                                  float log2_weight_scale = 0.0f) {
   // After this block, t = s * mul is the score in base-2 units. Without a soft cap the
   // multiply is folded into the exponent's FFMA below.
   float mul = scale_log2;
@@ -62,7 +65,7 @@ __device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], ma
     alpha[h] = rows[h].enter_tile(mx * mul);
     // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
     // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
-    m_use[h] = rows[h].m == -INFINITY ? 0.0f : rows[h].m;
+    m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;
   }
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll

@@ -288,6 +288,32 @@ __device__ __forceinline__ void wgmma_ss_m64n176k16_f16(float (&d)[88], std::uin
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+__device__ __forceinline__ void wgmma_ss_m64n128k32_e4m3(float (&d)[64], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " TESSERA_WGMMA_DREGS128 ", %64, %65, p, 1, 1;\n}\n"
+      : TESSERA_WGMMA_D128
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n128k32_e4m3(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t db,
+                                                         std::uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " TESSERA_WGMMA_DREGS128 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : TESSERA_WGMMA_D128
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n256k32_e4m3(float (&d)[128], const std::uint32_t (&a)[4], std::uint64_t db,
+                                                         std::uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " TESSERA_WGMMA_DREGS256 ", {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+      : TESSERA_WGMMA_D256
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 #undef TESSERA_WGMMA_D64
 #undef TESSERA_WGMMA_D80
 #undef TESSERA_WGMMA_DREGS80
@@ -346,6 +372,25 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
     if constexpr (kBf16) detail::wgmma_rs_m64n256k16_bf16<kTransB>(d, a, db, scale_d);
     else detail::wgmma_rs_m64n256k16_f16<kTransB>(d, a, db, scale_d);
   }
+}
+
+// FP8 (e4m3 x e4m3, f32 accumulate), k32 per instruction: both operands K-major (8-bit types
+// have no transpose), so k step j of a 128-byte swizzled panel is at start + 32 * j as for
+// 16-bit types. A from registers (wgmma_rs_e4m3): 4 registers of four 8-bit values, lower k in
+// the lower byte: a[0] = (row 16w + g, k 4q .. 4q+3), a[1] = (row 16w + g + 8, same k),
+// a[2] = (row 16w + g, k 16 + 4q .. 16 + 4q + 3), a[3] = (row 16w + g + 8, same k).
+template <int N>
+__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], std::uint64_t da, std::uint64_t db, bool accumulate) {
+  static_assert(N == 128, "wgmma_ss_e4m3: N = 128 (add instantiations as needed)");
+  detail::wgmma_ss_m64n128k32_e4m3(d, da, db, accumulate ? 1u : 0u);
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t db,
+                                              bool accumulate) {
+  static_assert(N == 128 || N == 256, "wgmma_rs_e4m3: N in {128, 256} (add instantiations as needed)");
+  if constexpr (N == 128) detail::wgmma_rs_m64n128k32_e4m3(d, a, db, accumulate ? 1u : 0u);
+  else detail::wgmma_rs_m64n256k32_e4m3(d, a, db, accumulate ? 1u : 0u);
 }
 
 }  // namespace tessera::cuda::sm90

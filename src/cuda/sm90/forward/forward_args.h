@@ -16,8 +16,8 @@ struct FwdArgs {
   CUtensorMap map_k;
   CUtensorMap map_v;
   CUtensorMap map_o;  // dense only: the epilogue's TMA store
-  void* o = nullptr;  // ragged: the epilogue stores rows itself (a box would spill into the next sequence)
-  std::int64_t o_row = 0, o_head = 0;
+  void* o = nullptr;  // ragged and fp8: the epilogue stores rows itself (no TMA store)
+  std::int64_t o_batch = 0, o_row = 0, o_head = 0;
   float* lse = nullptr;  // nullptr: not requested
   std::int64_t lse_batch = 0, lse_head = 0;
   const std::int32_t* cu_seqlens_q = nullptr;  // both null for dense input
@@ -31,6 +31,13 @@ struct FwdArgs {
   bool causal = false;
   int window_left = -1;
   int window_right = -1;
+  // FP8: dequantisation factors per (sequence, kv head), ptr == nullptr means 1.
+  struct Descale {
+    const float* ptr = nullptr;
+    std::int64_t batch = 0, head = 0;
+    __device__ float at(int seq, int h_kv) const { return ptr == nullptr ? 1.0f : ptr[seq * batch + h_kv * head]; }
+  };
+  Descale q_descale, k_descale, v_descale;
   // The persistent grid's work: m_blocks x heads x batch tiles of kBlockM query rows, taken
   // by CTA i as tiles i, i + gridDim.x, ... (tile_coords in kernel.cuh gives the order).
   int m_blocks = 0;

@@ -16,8 +16,11 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
@@ -53,6 +56,68 @@ __device__ __forceinline__ void load_box(std::uint32_t dst, const CUtensorMap* m
 __device__ __forceinline__ void release_stage(std::uint32_t bar, int lane) {
   __syncwarp();
   if (lane == 0) mbarrier_arrive(bar);
+}
+
+// ---- FP8 pieces ----
+// P (fp32 weights, already scaled into e4m3 range) -> the A fragments of the k32 P V steps.
+// A thread holds, per 8-key n-tile j, keys 8j + 2q and 8j + 2q + 1 of its two rows; the k32
+// A fragment wants keys 4q .. 4q+3 and 16+4q .. 16+4q+3 of each 32. Instead of shuffling
+// between lanes, k-step t uses the thread's own keys in the order of the permutation
+//   logical 4q + {0,1,2,3} -> key {2q, 2q+1, 2q+8, 2q+9}, logical 16 + 4q + i -> 16 + that,
+// and V is transposed with the same permutation (transpose_v_tile), so the sum over keys is
+// unchanged.
+__device__ __forceinline__ std::uint32_t pack4_e4m3(float k0, float k1, float k2, float k3) {
+  std::uint16_t lo, hi;
+  // cvt ... d, a, b puts a in the upper byte.
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(k1), "f"(k0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(k3), "f"(k2));
+  return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
+}
+
+template <int kBlockN>
+__device__ __forceinline__ void pack_weights_e4m3(const float (&s)[kBlockN / 8][4], std::uint32_t (&p)[kBlockN / 32][4]) {
+#pragma unroll
+  for (int t = 0; t < kBlockN / 32; ++t) {
+    const int j = 4 * t;
+    p[t][0] = pack4_e4m3(s[j][0], s[j][1], s[j + 1][0], s[j + 1][1]);
+    p[t][1] = pack4_e4m3(s[j][2], s[j][3], s[j + 1][2], s[j + 1][3]);
+    p[t][2] = pack4_e4m3(s[j + 2][0], s[j + 2][1], s[j + 3][0], s[j + 3][1]);
+    p[t][3] = pack4_e4m3(s[j + 2][2], s[j + 2][3], s[j + 3][2], s[j + 3][3]);
+  }
+}
+
+// V tile (kBlockN keys x head_dim bytes, as TMA wrote it: 128-byte panels of head-dim columns,
+// rows swizzled) -> V^T (head_dim rows of kBlockN logical keys, 128-byte swizzled rows, K-major
+// for wgmma), keys in the order of pack_weights_e4m3's permutation. A unit is 4 logical keys x
+// 4 columns: four 32-bit loads from the 4 key rows, byte permutes, four 32-bit stores.
+template <typename Tr>
+__device__ __forceinline__ void transpose_v_tile(const unsigned char* v, unsigned char* vt, int thread,
+                                                 int threads) {
+  constexpr int kColGroups = Tr::kHeadDim / 4, kKeyGroups = Tr::kBlockN / 4;
+  for (int u = thread; u < kColGroups * kKeyGroups; u += threads) {
+    const int cg = u % kColGroups, kg = u / kColGroups;
+    const int l0 = 4 * kg;                              // first logical key of the unit
+    const int q8 = (l0 % 32) / 4;                       // 0..7
+    const int key0 = 32 * (l0 / 32) + 16 * (q8 / 4) + 2 * (q8 % 4);  // keys key0, +1, +8, +9
+    const int col = 4 * cg;
+    const unsigned char* panel = v + (col / 128) * Tr::kKVPanelBytes;
+    const int cc = col % 128;
+    std::uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = key0 + (i & 1) + 8 * (i >> 1);
+      w[i] = *reinterpret_cast<const std::uint32_t*>(panel + r * 128 + (((cc / 16) ^ (r % 8)) * 16) + cc % 16);
+    }
+    const std::uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+    const std::uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+    const std::uint32_t t[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int n = col + j;
+      *reinterpret_cast<std::uint32_t*>(vt + n * 128 + (((l0 / 16) ^ (n % 8)) * 16) + l0 % 16) = t[j];
+    }
+  }
 }
 
 // One tile of work: kBlockM query rows of one head of one sequence, and the K/V tiles its rows
@@ -101,12 +166,19 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 
 // kMasked: the instance for causal / sliding-window problems (per-row key ranges); otherwise
 // every row sees keys [0, k_len) and only the tail tile needs a mask.
+// T: __half, __nv_bfloat16, or __nv_fp8_e4m3 (FP8: inputs times per-(sequence, kv head)
+// descales, P scaled by 2^8 into e4m3 range and rounded, V transposed in shared memory by three
+// producer warps, bf16 output).
 template <typename T, int kHeadDim, int kBlockN, bool kMasked>
-__global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
+__global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2>::kThreads, 1)
     forward_kernel(const __grid_constant__ FwdArgs a) {
-  using Tr = FwdTraits<kHeadDim, kBlockN>;
+  constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2>;
+  using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
-  constexpr bool kBf16 = Traits<T>::is_bf16;
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  // FP8: P is stored as 2^8 * exp2(t - m) (e4m3 has normals down to 2^-6 and a max of 448).
+  constexpr float kLog2WeightScale = kFp8 ? 8.0f : 0.0f;
   extern __shared__ unsigned char smem_raw[];
   // 1024-byte aligned base (128-byte swizzle atoms and wgmma descriptors need it).
   const std::uint32_t raw_addr = smem_u32(smem_raw);
@@ -121,6 +193,9 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
   auto k_empty = [&](int stage) { return bars + 8u * (2 + S + stage); };
   auto v_full = [&](int stage) { return bars + 8u * (2 + 2 * S + stage); };
   auto v_empty = [&](int stage) { return bars + 8u * (2 + 3 * S + stage); };
+  auto vt_full = [&](int stage) { return bars + 8u * (2 + 4 * S + stage); };
+  auto vt_empty = [&](int stage) { return bars + 8u * (2 + 5 * S + stage); };
+  auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
   const int num_tiles = a.m_blocks * a.heads * a.batch;
   const bool ragged = a.cu_seqlens_q != nullptr;
 
@@ -131,7 +206,12 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
       mbarrier_init(k_full(s), 1);
       mbarrier_init(v_full(s), 1);
       mbarrier_init(k_empty(s), Tr::kConsumerWarps);
-      mbarrier_init(v_empty(s), Tr::kConsumerWarps);
+      // FP8: the transposing warps free the V tile, the consumers the transposed one.
+      mbarrier_init(v_empty(s), kFp8 ? Tr::kTransposeWarps : Tr::kConsumerWarps);
+      if constexpr (kFp8) {
+        mbarrier_init(vt_full(s), Tr::kTransposeWarps);
+        mbarrier_init(vt_empty(s), Tr::kConsumerWarps);
+      }
     }
     fence_mbarrier_init();
   }
@@ -158,7 +238,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
           mbarrier_arrive_expect_tx(q_full, Tr::kQBytes);
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sQ + p * Tr::kQPanelBytes, &a.map_q, q_full, ragged, 64 * p, tc.q_row0 + tc.m0, tc.head, tc.seq);
+            load_box(sQ + p * Tr::kQPanelBytes, &a.map_q, q_full, ragged, Tr::kPanelCols * p, tc.q_row0 + tc.m0,
+                     tc.head, tc.seq);
           ++q_round;
         };
         if (tc.n_tiles == 0) load_q();
@@ -170,13 +251,41 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
           mbarrier_arrive_expect_tx(k_full(stage), Tr::kKVTileBytes);
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, 64 * p, row, h_kv, tc.seq);
+            load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, Tr::kPanelCols * p, row, h_kv,
+                     tc.seq);
           if (i == 0) load_q();
           mbarrier_wait_parity(v_empty(stage), parity);
           mbarrier_arrive_expect_tx(v_full(stage), Tr::kKVTileBytes);
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sV(stage) + p * Tr::kKVPanelBytes, &a.map_v, v_full(stage), ragged, 64 * p, row, h_kv, tc.seq);
+            load_box(sV(stage) + p * Tr::kKVPanelBytes, &a.map_v, v_full(stage), ragged, Tr::kPanelCols * p, row, h_kv,
+                     tc.seq);
+        }
+      }
+    }
+    if constexpr (kFp8) {
+      // Warps 1-3: V -> V^T for every K/V tile, in the order the TMA thread loads them.
+      if (threadIdx.x >= 32) {
+        const int lane = threadIdx.x % 32;
+        int it = 0;
+        for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+          const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);
+          if (!tc.active) continue;
+          for (int i = 0; i < tc.n_tiles; ++i, ++it) {
+            const int stage = it % S;
+            const std::uint32_t parity = (it / S) & 1;
+            mbarrier_wait_parity(v_full(stage), parity);
+            mbarrier_wait_parity(vt_empty(stage), parity ^ 1);
+            transpose_v_tile<Tr>(base_ptr + Tr::kVOffset + stage * Tr::kKVTileBytes,
+                                 base_ptr + Tr::kVtOffset + stage * Tr::kVtTileBytes, threadIdx.x - 32,
+                                 32 * Tr::kTransposeWarps);
+            fence_proxy_async_shared_cta();  // wgmma reads V^T through the async proxy
+            __syncwarp();
+            if (lane == 0) {
+              mbarrier_arrive(vt_full(stage));
+              mbarrier_arrive(v_empty(stage));
+            }
+          }
         }
       }
     }
@@ -223,40 +332,65 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float s[BN / 8][4];
-    std::uint32_t p[BN / 16][4];
+    std::uint32_t p[kFp8 ? BN / 32 : BN / 16][4];  // P as the A fragments of the P V k-steps
     math::OnlineSoftmaxRow rows[2];
     float alpha[2];
     auto& s_flat = reinterpret_cast<float(&)[BN / 2]>(s);
     auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
 
-    // S = Q K^T over head_dim in k16 steps: panel ks / 4, 32 bytes per step inside a panel.
+    // FP8: the q and k descales of the tile's (sequence, kv head) fold into the score scale.
+    float scale = a.scale, scale_log2 = a.scale_log2;
+    if constexpr (kFp8) {
+      const int h_kv = tc.head / a.group;
+      const float qk = a.q_descale.at(tc.seq, h_kv) * a.k_descale.at(tc.seq, h_kv);
+      scale *= qk;
+      scale_log2 *= qk;
+    }
+
+    // S = Q K^T over head_dim in 32-byte k steps (k16 for 16-bit types, k32 for e4m3): panel
+    // ks / 4, 32 bytes per step inside a panel.
     auto issue_qk = [&](int stage) {
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
+      for (int ks = 0; ks < D * Tr::kElemBytes / 32; ++ks) {
         const std::uint32_t off = 32u * (ks % 4);
         const std::uint64_t da =
             make_smem_desc_sw128_kmajor(sQ + (ks / 4) * Tr::kQPanelBytes + 64u * 128u * c + off);
         const std::uint64_t db = make_smem_desc_sw128_kmajor(sK(stage) + (ks / 4) * Tr::kKVPanelBytes + off);
-        wgmma_ss<BN, kBf16>(s_flat, da, db, ks > 0);
+        if constexpr (kFp8) wgmma_ss_e4m3<BN>(s_flat, da, db, ks > 0);
+        else wgmma_ss<BN, kBf16>(s_flat, da, db, ks > 0);
       }
       wgmma_commit();
     };
-    // O += P V over the tile's keys in k16 steps (16 rows of V = 2048 bytes each).
+    // O += P V over the tile's keys: 16-bit types in k16 steps with V MN-major (16 rows of V =
+    // 2048 bytes each); e4m3 in k32 steps over V^T, K-major (32 bytes of each V^T row).
     auto issue_pv = [&](int stage) {
       wgmma_fence();
+      if constexpr (kFp8) {
 #pragma unroll
-      for (int kt = 0; kt < BN / 16; ++kt) {
-        const std::uint64_t db = make_smem_desc_sw128_mnmajor(sV(stage) + 2048u * kt, Tr::kKVPanelBytes);
-        wgmma_rs<D, kBf16, true>(o_flat, p[kt], db, true);
+        for (int kt = 0; kt < BN / 32; ++kt)
+          wgmma_rs_e4m3<D>(o_flat, p[kt], make_smem_desc_sw128_kmajor(sVt(stage) + 32u * kt), true);
+      } else {
+#pragma unroll
+        for (int kt = 0; kt < BN / 16; ++kt) {
+          const std::uint64_t db = make_smem_desc_sw128_mnmajor(sV(stage) + 2048u * kt, Tr::kKVPanelBytes);
+          wgmma_rs<D, kBf16, true>(o_flat, p[kt], db, true);
+        }
       }
       wgmma_commit();
     };
     auto weights = [&](int i) {
       const int n0 = (tc.n_begin + i) * BN;
       const bool masked = !(full.begin <= n0 && n0 + BN <= full.end);
-      scores_to_weights<BN>(s, rows, keys, masked, n0, q, a.scale, a.scale_log2, a.softcap, alpha);
+      scores_to_weights<BN>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha, kLog2WeightScale);
     };
+    auto pack = [&] {
+      if constexpr (kFp8) pack_weights_e4m3<BN>(s, p);
+      else pack_weights<T, BN>(s, p);
+    };
+    // The barriers that say a V tile is ready for P V and that P V is done with it.
+    auto pv_full = [&](int stage) { return kFp8 ? vt_full(stage) : v_full(stage); };
+    auto pv_empty = [&](int stage) { return kFp8 ? vt_empty(stage) : v_empty(stage); };
 
     mbarrier_wait_parity(q_full, q_round & 1);
     if (tc.n_tiles > 0) {
@@ -268,13 +402,13 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
       wgmma_fence_operand(s_flat);
       release_stage(k_empty(it % S), lane);
       weights(0);  // O is still zero: no rescale
-      pack_weights<T, BN>(s, p);
+      pack();
       for (int i = 1; i < tc.n_tiles; ++i) {
         const int prev = it % S;
         ++it;
         const int stage = it % S;
         mbarrier_wait_parity(k_full(stage), (it / S) & 1);
-        mbarrier_wait_parity(v_full(prev), ((it - 1) / S) & 1);
+        mbarrier_wait_parity(pv_full(prev), ((it - 1) / S) & 1);
         take_turn();
         issue_qk(stage);
         issue_pv(prev);
@@ -285,18 +419,18 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
         weights(i);
         wgmma_wait<0>();
         wgmma_fence_operand(o_flat);
-        release_stage(v_empty(prev), lane);
+        release_stage(pv_empty(prev), lane);
         rescale_rows<D, false>(o, alpha);
-        pack_weights<T, BN>(s, p);
+        pack();
       }
       const int last = it % S;
-      mbarrier_wait_parity(v_full(last), (it / S) & 1);
+      mbarrier_wait_parity(pv_full(last), (it / S) & 1);
       take_turn();
       issue_pv(last);
       pass_turn();
       wgmma_wait<0>();
       wgmma_fence_operand(o_flat);
-      release_stage(v_empty(last), lane);
+      release_stage(pv_empty(last), lane);
       ++it;
     }
 
@@ -305,6 +439,32 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
     // (ragged, where a box past the sequence would write into the next one); then give the Q
     // buffer back to the producer. ----
     const int valid_rows = min(64, tc.q_len - wg_row0);  // rows of this warpgroup inside the sequence
+    if constexpr (kFp8) {
+      // bf16 O straight from the accumulators (the Q buffer of 1-byte elements is too small to
+      // stage it): a quad writes 16 contiguous bytes of a row per column group.
+      const float dv = a.v_descale.at(tc.seq, tc.head / a.group);
+      Out* out = static_cast<Out*>(a.o) + tc.seq * a.o_batch + (tc.q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row +
+                 tc.head * a.o_head;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        rows[hh].l = sm80::quad_sum(rows[hh].l);
+        const float sc = rows[hh].output_scale() * dv;  // the 2^8 of P cancels against l
+        const int rr = 16 * warp + g + 8 * hh;          // row within the warpgroup
+        if (rr < valid_rows) {
+#pragma unroll
+          for (int d = 0; d < D / 8; ++d)
+            *reinterpret_cast<std::uint32_t*>(out + rr * a.o_row + 8 * d + 2 * q) =
+                Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+        }
+        rows[hh].l *= 1.0f / 256.0f;  // the softmax's own sum, for the LSE
+        if (a.lse != nullptr && q == 0 && rr < valid_rows)
+          a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
+      }
+      named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
+      if (t == 0) mbarrier_arrive(q_empty);
+      ++q_round;
+      continue;
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       rows[hh].l = sm80::quad_sum(rows[hh].l);
@@ -314,7 +474,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
       for (int d = 0; d < D / 8; ++d) {
         const int chunk = (d % 8) ^ (r % 8);
         *reinterpret_cast<std::uint32_t*>(base_ptr + Tr::kQOffset + (d / 8) * Tr::kQPanelBytes + r * 128 + chunk * 16 +
-                                          4 * q) = Traits<T>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+                                          4 * q) = Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
       }
       const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
       if (a.lse != nullptr && q == 0 && rr < valid_rows)
@@ -335,7 +495,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN>::kThreads, 1)
       }
     } else {
       constexpr int kChunks = D / 8;  // 16-byte chunks per row
-      T* out = static_cast<T*>(a.o) + (tc.q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row +
+      Out* out = static_cast<Out*>(a.o) + (tc.q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row +
                tc.head * a.o_head;
 #pragma unroll
       for (int k = 0; k < 64 * kChunks / 128; ++k) {

@@ -19,37 +19,49 @@
 
 namespace tessera::cuda::sm90 {
 
-// K tile width per head dim and mask: the instances that exist (launch.cu picks one).
-constexpr int block_n_for(int head_dim, bool masked) {
+// K tile width per head dim and mask: the instances that exist (launch.cu picks one). FP8
+// (1-byte elements) uses 128 keys: one 128-byte swizzled row of the transposed V tile.
+constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false) {
+  if (fp8) return 128;
   return head_dim == 64 ? 128 : head_dim == 128 ? (masked ? 128 : 176) : (masked ? 64 : 80);
 }
 
-template <int kHeadDim_, int kBlockN_>
+template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim % 64 == 0, "head_dim is a whole number of 128-byte panels");
+  static constexpr int kElemBytes = kElemBytes_;  // 2: f16/bf16, 1: e4m3
+  static constexpr bool kFp8 = kElemBytes == 1;
+  static_assert((kHeadDim * kElemBytes) % 128 == 0, "head_dim is a whole number of 128-byte panels");
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN % 16 == 0, "whole k16 steps of the P V product");
+  static_assert(!kFp8 || kBlockN == 128, "fp8: the transposed V tile is one 128-byte row per head-dim column");
   static constexpr int kStages = kHeadDim == 64 ? 4 : 2;
-  // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM. FP8: the
+  // producer warpgroup also transposes V (3 warps), 128 x 40 + 256 x 232 = 64,512.
+  static constexpr int kProducerRegs = kFp8 ? 40 : 24;
+  static constexpr int kConsumerRegs = kFp8 ? 232 : 240;
+  static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
 
-  static constexpr int kPanels = kHeadDim / 64;
+  static constexpr int kPanels = kHeadDim * kElemBytes / 128;  // 128-byte column panels
+  static constexpr int kPanelCols = 128 / kElemBytes;          // elements per panel row
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kKVPanelBytes = kBlockN * 128;
   static constexpr int kQBytes = kPanels * kQPanelBytes;
   static constexpr int kKVTileBytes = kPanels * kKVPanelBytes;
+  // FP8: V^T (head_dim rows of kBlockN keys), K-major for the P V product.
+  static constexpr int kVtTileBytes = kFp8 ? kHeadDim * 128 : 0;
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
-  static constexpr int kBarrierOffset = kVOffset + kStages * kKVTileBytes;
-  // Barriers: Q full, Q empty, then K full / K empty / V full / V empty, kStages each.
-  static constexpr int kBarriers = 2 + 4 * kStages;
+  static constexpr int kVtOffset = kVOffset + kStages * kKVTileBytes;
+  static constexpr int kBarrierOffset = kVtOffset + kStages * kVtTileBytes;
+  // Barriers: Q full, Q empty, then K full / K empty / V full / V empty (/ Vt full / Vt
+  // empty for fp8), kStages each.
+  static constexpr int kBarriers = 2 + (kFp8 ? 6 : 4) * kStages;
   // + 1024: the dynamic smem base is only 16-byte aligned; the kernel rounds it up.
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");

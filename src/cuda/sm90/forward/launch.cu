@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/check.h"
 #include "cuda/primitives/sm90/tensor_map.h"
@@ -43,21 +45,22 @@ int smem_bytes(int head_dim) {
 }
 
 // A tensor's tiled map: rank 4 (head_dim, seq, heads, batch) for dense tensors, rank 3
-// (head_dim, packed rows, heads) for ragged ones; boxes of 64 columns x box_rows rows. A
+// (head_dim, packed rows, heads) for ragged ones; boxes of 128 bytes of columns x box_rows rows. A
 // dimension of extent 1 gets a harmless stride (its value is never used) so that strides such
 // as 0 for a single sequence do not trip the encoder.
 CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged, std::int64_t rows, int heads,
                      int batch, int head_dim, std::uint32_t box_rows) {
-  const std::uint64_t row_bytes = static_cast<std::uint64_t>(t.row) * 2;
-  std::uint64_t head_bytes = static_cast<std::uint64_t>(t.head) * 2;
-  std::uint64_t batch_bytes = static_cast<std::uint64_t>(t.batch) * 2;
+  const std::uint64_t elem = static_cast<std::uint64_t>(tensor_map_element_bytes(type));
+  const std::uint64_t row_bytes = static_cast<std::uint64_t>(t.row) * elem;
+  std::uint64_t head_bytes = static_cast<std::uint64_t>(t.head) * elem;
+  std::uint64_t batch_bytes = static_cast<std::uint64_t>(t.batch) * elem;
   const std::uint64_t safe_rows = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
   if (heads == 1) head_bytes = row_bytes * safe_rows;
   if (batch == 1 || ragged) batch_bytes = head_bytes * static_cast<std::uint64_t>(heads);
   const std::uint64_t dims[4] = {static_cast<std::uint64_t>(head_dim), safe_rows, static_cast<std::uint64_t>(heads),
                                  static_cast<std::uint64_t>(batch)};
   const std::uint64_t strides[3] = {row_bytes, head_bytes, batch_bytes};
-  const std::uint32_t box[4] = {64, box_rows, 1, 1};
+  const std::uint32_t box[4] = {static_cast<std::uint32_t>(128 / elem), box_rows, 1, 1};
   return make_tensor_map_tiled(type, ragged ? 3 : 4, t.ptr, dims, strides, box);
 }
 
@@ -67,8 +70,21 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
   return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);
 }
 
+// FP8: head_dim 128 and 256, K tiles of 128 keys.
+template <int D>
+void launch_fp8_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+  if (masked) return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, true, true), true>(a, num_sms, p.stream);
+  return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, false, true), false>(a, num_sms, p.stream);
+}
+
 template <typename T>
 void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    if (p.head_dim == 128) return launch_fp8_for_mask<128>(a, p, masked, num_sms);
+    if (p.head_dim == 256) return launch_fp8_for_mask<256>(a, p, masked, num_sms);
+    throw Error(ErrorCode::unsupported, "q",
+                "sm90 fp8 forward: head_dim: expected 128 or 256, got " + std::to_string(p.head_dim));
+  }
   switch (p.head_dim) {
     case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms);
     case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms);
@@ -104,8 +120,12 @@ bool forward_applicable(const AttentionParams& p, std::string* why) {
   const char* path = std::getenv("TESSERA_CUDA_FORWARD");
   if (path != nullptr && std::strcmp(path, "portable") == 0)
     return fail(why, "TESSERA_CUDA_FORWARD=portable selects the sm80 path");
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return fail(why, "dtype: f16 or bf16 only");
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 64, 128 or 256 only");
+  if (p.dtype == DType::e4m3) {
+    if (p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 128 or 256 for fp8");
+  } else {
+    if (p.dtype != DType::f16 && p.dtype != DType::bf16) return fail(why, "dtype: f16, bf16 or fp8_e4m3 only");
+    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 64, 128 or 256 only");
+  }
   int major = 0, minor = 0, optin = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, p.device.index) != cudaSuccess ||
@@ -115,7 +135,10 @@ bool forward_applicable(const AttentionParams& p, std::string* why) {
   }
   // sm_90a code runs on compute capability 9.0 only.
   if (major != 9 || minor != 0) return fail(why, "device: compute capability 9.0 only");
-  if (optin < smem_bytes(p.head_dim)) return fail(why, "device: not enough opt-in shared memory");
+  const int smem = p.dtype == DType::e4m3
+                       ? (p.head_dim == 128 ? FwdTraits<128, 128, 1>::kSmemBytes : FwdTraits<256, 128, 1>::kSmemBytes)
+                       : smem_bytes(p.head_dim);
+  if (optin < smem) return fail(why, "device: not enough opt-in shared memory");
   if (why != nullptr) why->clear();
   return true;
 }
@@ -123,25 +146,28 @@ bool forward_applicable(const AttentionParams& p, std::string* why) {
 bool run_forward(const AttentionParams& p) {
   if (p.batch == 0 || p.seq_q == 0 || p.heads_q == 0) return true;  // nothing to write
   const bool ragged = p.ragged();
-  const CUtensorMapDataType type = p.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const bool fp8 = p.dtype == DType::e4m3;
+  const CUtensorMapDataType type = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : p.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const std::int64_t rows_q = ragged ? p.total_q : p.seq_q;
   const std::int64_t rows_k = ragged ? p.total_k : p.seq_k;
   const int seqs = ragged ? 1 : p.batch;
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
   const std::uint32_t box_m = FwdTraits<128, 128>::kBlockM;  // every instance: 2 x 64 rows
-  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked));
+  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked, fp8));
   FwdArgs a;
   try {
     a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, box_m);
     a.map_k = tile_map(type, p.k, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n);
     a.map_v = tile_map(type, p.v, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n);
-    if (!ragged) a.map_o = tile_map(type, p.o, ragged, rows_q, p.heads_q, seqs, p.head_dim, 64);
+    if (!ragged && !fp8) a.map_o = tile_map(type, p.o, ragged, rows_q, p.heads_q, seqs, p.head_dim, 64);
     else std::memset(&a.map_o, 0, sizeof(a.map_o));
   } catch (const Error&) {
     return false;  // strides the copy engine cannot describe: the portable path takes it
   }
   a.o = p.o.ptr;
+  a.o_batch = ragged ? 0 : p.o.batch;
   a.o_row = p.o.row;
   a.o_head = p.o.head;
   a.lse = p.lse.ptr;
@@ -159,6 +185,9 @@ bool run_forward(const AttentionParams& p) {
   a.window_left = p.mask.window_left;
   a.window_right = p.mask.window_right;
 
+  a.q_descale = {p.q_descale.ptr, p.q_descale.batch, p.q_descale.head};
+  a.k_descale = {p.k_descale.ptr, p.k_descale.batch, p.k_descale.head};
+  a.v_descale = {p.v_descale.ptr, p.v_descale.batch, p.v_descale.head};
   a.m_blocks = (p.seq_q + static_cast<int>(box_m) - 1) / static_cast<int>(box_m);
   a.heads = p.heads_q;
   a.batch = p.batch;
@@ -166,7 +195,8 @@ bool run_forward(const AttentionParams& p) {
   DeviceScope scope(p.device.index);
   int num_sms = 0;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, p.device.index));
-  if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked, num_sms);
+  if (fp8) launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms);
+  else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked, num_sms);
   else launch_for_head_dim<__half>(a, p, masked, num_sms);
   return true;
 }

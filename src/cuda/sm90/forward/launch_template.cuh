@@ -1,7 +1,10 @@
 // launch_forward<T, kHeadDim, kBlockN, kMasked>: the host side of one sm90 instance (included by instance_hdim*.cu).
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "cuda/common/check.h"
 #include "cuda/sm90/forward/forward_args.h"
@@ -11,7 +14,7 @@ namespace tessera::cuda::sm90 {
 
 template <typename T, int kHeadDim, int kBlockN, bool kMasked>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
-  using Tr = FwdTraits<kHeadDim, kBlockN>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2>;
   const long long tiles = static_cast<long long>(args.m_blocks) * args.heads * args.batch;
   if (tiles == 0) return;
   auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked>;
