@@ -95,11 +95,69 @@ void check_int_range(std::int64_t v, const char* name) {
     fail(ErrorCode::invalid_argument, name, "at most 2^31 - 1", str(v));
 }
 
-}  // namespace
+// Which public function the params are built for: the dtype rules differ.
+enum class Entry { forward, forward_fp8, backward };
 
-AttentionParams build_forward_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
-                                     const Tensor& cu_seqlens_k, const Tensor& out, const Tensor& lse,
-                                     const AttentionOptions& options, const ExecutionContext& ctx) {
+// Storage dtypes of q/k/v/out. attention_forward(_ragged) and attention_backward(_ragged)
+// take fp32/fp16/bf16 and say where fp8 goes instead; the fp8 forward takes e4m3 in, bf16 out.
+void check_dtypes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, Entry entry) {
+  const bool fp8_in = q.dtype == DType::e4m3 || q.dtype == DType::e5m2;
+  if (entry == Entry::forward && fp8_in)
+    fail(ErrorCode::invalid_argument, "q",
+         "dtype one of {fp32, fp16, bf16} (fp8_e4m3 inputs with their descales go through attention_forward_fp8)",
+         std::string("dtype ") + dtype_name(q.dtype));
+  if (entry == Entry::backward && fp8_in)
+    fail(ErrorCode::unsupported, "q", "dtype one of {fp32, fp16, bf16} (there is no fp8 backward)",
+         std::string("dtype ") + dtype_name(q.dtype));
+  if (entry == Entry::forward_fp8) {
+    if (q.dtype != DType::e4m3)
+      fail(ErrorCode::invalid_argument, "q",
+           "dtype fp8_e4m3 (other dtypes go through attention_forward)", std::string("dtype ") + dtype_name(q.dtype));
+    validate::same_dtype(k, "k", q, "q");
+    validate::same_dtype(v, "v", q, "q");
+    if (out.dtype != DType::bf16)
+      fail(ErrorCode::invalid_argument, "out", "dtype bf16 (the output of the fp8 forward)",
+           std::string("dtype ") + dtype_name(out.dtype));
+    return;
+  }
+  validate::dtype_in(q, "q", kStorageTypes);
+  validate::same_dtype(k, "k", q, "q");
+  validate::same_dtype(v, "v", q, "q");
+  validate::same_dtype(out, "out", q, "q");
+}
+
+std::string shape_and_dtype(const Tensor& t) {
+  return std::string("dtype ") + dtype_name(t.dtype) + ", " + str(t.rank) + " dims " + t.shape_string();
+}
+
+// One descale tensor: absent (rank 0, no data) means 1; otherwise fp32 (batch, heads_kv) on
+// q's device with non-negative strides, and finite values where the host can read them.
+DescalePtr check_descale(const Tensor& t, const char* name, const Tensor& q, int batch, int heads_kv) {
+  DescalePtr d;
+  if (t.rank == 0 && t.data == nullptr) return d;
+  if (t.rank != 2 || t.dtype != DType::f32 || t.shape[0] != batch || t.shape[1] != heads_kv)
+    fail(ErrorCode::invalid_argument, name,
+         "fp32 of shape (batch=" + str(batch) + ", heads_kv=" + str(heads_kv) + "), or an absent tensor for 1.0",
+         shape_and_dtype(t));
+  validate::present(t, name);
+  validate::same_device(t, name, q, "q");
+  validate::non_negative_strides(t, name);
+  d.ptr = t.ptr<const float>();
+  d.batch = t.stride[0];
+  d.head = t.stride[1];
+  if (t.device.kind == DeviceKind::cpu)
+    for (int b = 0; b < batch; ++b)
+      for (int h = 0; h < heads_kv; ++h)
+        if (!std::isfinite(d.at(b, h)))
+          fail(ErrorCode::invalid_argument, std::string(name) + "[" + str(b) + ", " + str(h) + "]", "a finite factor",
+               std::to_string(d.at(b, h)));
+  return d;
+}
+
+AttentionParams build_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                             const Tensor& cu_seqlens_k, const Fp8Descale* descale, const Tensor& out,
+                             const Tensor& lse, const AttentionOptions& options, const ExecutionContext& ctx,
+                             Entry entry) {
   const bool ragged = cu_seqlens_q.present() || cu_seqlens_k.present();
   const int r = ragged ? 3 : 4;
   const char* q_dims = ragged ? "(total_q, heads_q, head_dim)" : "(batch, seq_q, heads_q, head_dim)";
@@ -108,10 +166,7 @@ AttentionParams build_forward_params(const Tensor& q, const Tensor& k, const Ten
   validate::rank(k, "k", r, k_dims);
   validate::rank(v, "v", r, k_dims);
   validate::rank(out, "out", r, q_dims);
-  validate::dtype_in(q, "q", kStorageTypes);
-  validate::same_dtype(k, "k", q, "q");
-  validate::same_dtype(v, "v", q, "q");
-  validate::same_dtype(out, "out", q, "q");
+  check_dtypes(q, k, v, out, entry);
   validate::same_device(k, "k", q, "q");
   validate::same_device(v, "v", q, "q");
   validate::same_device(out, "out", q, "q");
@@ -183,12 +238,32 @@ AttentionParams build_forward_params(const Tensor& q, const Tensor& k, const Ten
     p.lse.batch = ragged ? 0 : lse.stride[0];
     p.lse.head = ragged ? lse.stride[0] : lse.stride[1];
   }
+  if (descale != nullptr) {
+    p.q_descale = check_descale(descale->q, "descale.q", q, p.batch, p.heads_kv);
+    p.k_descale = check_descale(descale->k, "descale.k", q, p.batch, p.heads_kv);
+    p.v_descale = check_descale(descale->v, "descale.v", q, p.batch, p.heads_kv);
+  }
   check_options(options, p.head_dim, &p.mask);
   check_context(ctx);
   p.deterministic = options.deterministic;
   p.stream = ctx.stream;
   p.num_threads = ctx.num_threads;
   return p;
+}
+
+}  // namespace
+
+AttentionParams build_forward_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                                     const Tensor& cu_seqlens_k, const Tensor& out, const Tensor& lse,
+                                     const AttentionOptions& options, const ExecutionContext& ctx) {
+  return build_params(q, k, v, cu_seqlens_q, cu_seqlens_k, nullptr, out, lse, options, ctx, Entry::forward);
+}
+
+AttentionParams build_forward_fp8_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                                         const Tensor& cu_seqlens_k, const Fp8Descale& descale, const Tensor& out,
+                                         const Tensor& lse, const AttentionOptions& options,
+                                         const ExecutionContext& ctx) {
+  return build_params(q, k, v, cu_seqlens_q, cu_seqlens_k, &descale, out, lse, options, ctx, Entry::forward_fp8);
 }
 
 BackwardParams build_backward_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
@@ -199,7 +274,7 @@ BackwardParams build_backward_params(const Tensor& q, const Tensor& k, const Ten
   with_lse.return_lse = true;  // the saved LSE is a required input here; same shape rules
   BackwardParams p;
   static_cast<AttentionParams&>(p) =
-      build_forward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, with_lse, ctx);
+      build_params(q, k, v, cu_seqlens_q, cu_seqlens_k, nullptr, out, lse, with_lse, ctx, Entry::backward);
   const bool ragged = p.ragged();
   const int r = ragged ? 3 : 4;
   struct Grad { const Tensor* t; const char* name; const Tensor* ref; const char* ref_name; };
@@ -300,6 +375,24 @@ void attention_forward_ragged(const Tensor& q, const Tensor& k, const Tensor& v,
     validate::fail(ErrorCode::invalid_argument, "cu_seqlens_q", "an int32 tensor of batch + 1 offsets", "absent");
   dispatch::attention_forward(
       api::build_forward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, options, ctx));
+}
+
+void attention_forward_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Fp8Descale& descale,
+                           const Tensor& out, const Tensor& lse, const AttentionOptions& options,
+                           const ExecutionContext& ctx) {
+  validate::FunctionScope scope("attention_forward_fp8");
+  dispatch::attention_forward(
+      api::build_forward_fp8_params(q, k, v, Tensor{}, Tensor{}, descale, out, lse, options, ctx));
+}
+
+void attention_forward_fp8_ragged(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                                  const Tensor& cu_seqlens_k, const Fp8Descale& descale, const Tensor& out,
+                                  const Tensor& lse, const AttentionOptions& options, const ExecutionContext& ctx) {
+  validate::FunctionScope scope("attention_forward_fp8_ragged");
+  if (!cu_seqlens_q.present())
+    validate::fail(ErrorCode::invalid_argument, "cu_seqlens_q", "an int32 tensor of batch + 1 offsets", "absent");
+  dispatch::attention_forward(
+      api::build_forward_fp8_params(q, k, v, cu_seqlens_q, cu_seqlens_k, descale, out, lse, options, ctx));
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "params/attention_params.h"
+#include "tessera/attention.h"
 #include "tessera/options.h"
 #include "tessera/tensor.h"
 
@@ -13,6 +14,13 @@ namespace tessera::api {
 AttentionParams build_forward_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
                                      const Tensor& cu_seqlens_k, const Tensor& out, const Tensor& lse,
                                      const AttentionOptions& options, const ExecutionContext& ctx);
+
+// The same for attention_forward_fp8 / attention_forward_fp8_ragged: q/k/v fp8_e4m3, out bf16,
+// descales checked and set in the params (absent ones stay nullptr, meaning 1).
+AttentionParams build_forward_fp8_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                                         const Tensor& cu_seqlens_k, const Fp8Descale& descale, const Tensor& out,
+                                         const Tensor& lse, const AttentionOptions& options,
+                                         const ExecutionContext& ctx);
 
 BackwardParams build_backward_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
                                      const Tensor& cu_seqlens_k, const Tensor& out, const Tensor& dout,

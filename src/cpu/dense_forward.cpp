@@ -5,8 +5,14 @@
 // ranges), keeps a running max/sum per row in base 2 and divides by the sum once at the end.
 // Buffers are laid out so every inner loop is a unit-stride axpy the compiler vectorises:
 // K is stored transposed (head_dim x keys) for S = Q K^T, V row-major for O += P V.
+//
+// FP8 (e4m3) inputs are read exactly (a 256-entry table); their descales fold into the score
+// scale (scale * dq * dk) and the output's final factor (dv / l), so P and the accumulators
+// are fp32 as for every dtype, and out is written in p.out_dtype() (bf16).
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "cpu/cpu_backend.h"
@@ -21,6 +27,20 @@ namespace {
 
 constexpr int kTileQ = 32;
 constexpr int kTileK = 64;
+
+// e4m3 -> float, bitwise math::fp8_to_float, built once.
+const float* e4m3_table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[static_cast<std::size_t>(b)] = math::fp8_to_float(static_cast<std::uint8_t>(b), 4);
+    return t;
+  }();
+  return table.data();
+}
+
+inline float load(const void* base, std::int64_t index, DType dt, const float* lut) {
+  return dt == DType::e4m3 ? lut[static_cast<const std::uint8_t*>(base)[index]] : math::load_as_float(base, index, dt);
+}
 
 struct TileItem {
   int b;
@@ -50,16 +70,19 @@ void run_tile(const AttentionParams& p, const TileItem& item, int h, Scratch& w)
   const int hk = h / p.group();
   const std::int64_t qs = p.q_start(b), ks = p.k_start(b);
   const bool ragged = p.ragged();
-  const DType dt = p.dtype;
+  const DType dt = p.dtype, out_dt = p.out_dtype();
+  const float* lut = e4m3_table();
   const float cap = p.mask.softcap;
   // The scale is applied to each dot product rather than folded into Q: folding adds one
   // rounding per element of Q, which measurably loosens fp32 results against the oracle.
-  const float scale = p.mask.scale;
+  // FP8 descales join it (exactly scale when they are absent, i.e. 1).
+  const float scale = p.mask.scale * (p.q_descale.at(b, hk) * p.k_descale.at(b, hk));
+  const float v_descale = p.v_descale.at(b, hk);
 
   for (int i = 0; i < nr; ++i) {
     const std::int64_t base = ragged ? p.q.offset(0, qs + r0 + i, h) : p.q.offset(b, r0 + i, h);
     float* qi = &w.q[static_cast<std::size_t>(i) * D];
-    for (int d = 0; d < D; ++d) qi[d] = math::load_as_float(p.q.ptr, base + d, dt);
+    for (int d = 0; d < D; ++d) qi[d] = load(p.q.ptr, base + d, dt, lut);
   }
   std::fill(w.o.begin(), w.o.begin() + static_cast<std::ptrdiff_t>(nr) * D, 0.0f);
   for (int i = 0; i < nr; ++i) {
@@ -78,8 +101,8 @@ void run_tile(const AttentionParams& p, const TileItem& item, int h, Scratch& w)
       const std::int64_t vb = ragged ? p.v.offset(0, ks + c0 + j, hk) : p.v.offset(b, c0 + j, hk);
       float* vj = &w.v[static_cast<std::size_t>(j) * D];
       for (int d = 0; d < D; ++d) {
-        w.kt[static_cast<std::size_t>(d) * kTileK + j] = math::load_as_float(p.k.ptr, kb + d, dt);
-        vj[d] = math::load_as_float(p.v.ptr, vb + d, dt);
+        w.kt[static_cast<std::size_t>(d) * kTileK + j] = load(p.k.ptr, kb + d, dt, lut);
+        vj[d] = load(p.v.ptr, vb + d, dt, lut);
       }
     }
     const bool full = math::tile_fully_visible(mask, r0, r1, c0, c1);
@@ -127,10 +150,10 @@ void run_tile(const AttentionParams& p, const TileItem& item, int h, Scratch& w)
 
   for (int i = 0; i < nr; ++i) {
     const math::OnlineSoftmaxRow& row = w.rows[i];
-    const float inv = row.output_scale();
+    const float inv = row.output_scale() * v_descale;
     const std::int64_t base = ragged ? p.o.offset(0, qs + r0 + i, h) : p.o.offset(b, r0 + i, h);
     const float* oi = &w.o[static_cast<std::size_t>(i) * D];
-    for (int d = 0; d < D; ++d) math::store_from_float(p.o.ptr, base + d, dt, oi[d] * inv);
+    for (int d = 0; d < D; ++d) math::store_from_float(p.o.ptr, base + d, out_dt, oi[d] * inv);
     // LSE = max s + ln(l): l sums exp2(t - max t) = exp(s - max s) up to rounding. Anchoring on
     // the natural-unit max instead of row.lse()'s (m + log2 l) * ln 2 saves two roundings at the
     // logits' magnitude, which the backward's P = exp(s - lse) would feel at |s| ~ 1e4.

@@ -29,14 +29,15 @@ Seq seq_of(const AttentionParams& p, int b) {
   return s;
 }
 
-// n rows of head h of sequence b, starting at the sequence's first row, as doubles.
-Mat load(const AttentionParams& p, const StridedPtr& t, int b, bool is_q, int n, int h) {
+// n rows of head h of sequence b, starting at the sequence's first row, as doubles, times
+// `factor` (an FP8 descale; 1 otherwise) in double: the dequantised values exactly.
+Mat load(const AttentionParams& p, const StridedPtr& t, int b, bool is_q, int n, int h, double factor = 1.0) {
   Mat out(static_cast<std::size_t>(n) * p.head_dim);
   const std::int64_t start = is_q ? p.q_start(b) : p.k_start(b);
   for (int i = 0; i < n; ++i) {
     const std::int64_t base = p.ragged() ? t.offset(0, start + i, h) : t.offset(b, i, h);
     for (int d = 0; d < p.head_dim; ++d)
-      out[static_cast<std::size_t>(i) * p.head_dim + d] = math::load_as_float(t.ptr, base + d, p.dtype);
+      out[static_cast<std::size_t>(i) * p.head_dim + d] = factor * math::load_as_float(t.ptr, base + d, p.dtype);
   }
   return out;
 }
@@ -96,9 +97,11 @@ ForwardResult forward(const AttentionParams& p) {
       const int hk = h / p.group();
       const Seq s = seq_of(p, b);
       if (s.nq == 0) continue;
-      const Mat q = load(p, p.q, b, true, s.nq, h);
-      const Mat k = load(p, p.k, b, false, s.nk, hk);
-      const Mat v = load(p, p.v, b, false, s.nk, hk);
+      // FP8: every input dequantised by its (sequence, kv head) factor; a query head uses its
+      // kv head's. Absent factors (and every other dtype) read 1.
+      const Mat q = load(p, p.q, b, true, s.nq, h, p.q_descale.at(b, hk));
+      const Mat k = load(p, p.k, b, false, s.nk, hk, p.k_descale.at(b, hk));
+      const Mat v = load(p, p.v, b, false, s.nk, hk, p.v_descale.at(b, hk));
       const Probs pr = probs(p, q, k, s.nq, s.nk);
       for (int i = 0; i < s.nq; ++i) {
         double* o = &res.o[static_cast<std::size_t>(((s.q0 + i) * p.heads_q + h) * D)];
