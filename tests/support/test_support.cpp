@@ -82,7 +82,10 @@ float HostTensor::get(std::int64_t linear) const {
 }
 
 void HostTensor::set(std::int64_t linear, float v) {
-  math::store_from_float(base(), offset_of_linear(linear), dtype_, v);
+  if (dtype_ == DType::e4m3)  // math::float_to_fp8 searches all codes: too slow for big inputs
+    static_cast<std::uint8_t*>(base())[offset_of_linear(linear)] = encode_e4m3(v);
+  else
+    math::store_from_float(base(), offset_of_linear(linear), dtype_, v);
 }
 
 void HostTensor::set_int(std::int64_t linear, std::int32_t v) {
@@ -137,6 +140,34 @@ HostTensor int_tensor(const std::vector<std::int32_t>& values) {
 
 float poison_value(DType dtype) {
   return is_int(dtype) ? static_cast<float>(std::numeric_limits<std::int32_t>::min()) : NAN;
+}
+
+// ---------------------------------------------------------------------------------------------
+// e4m3 rounding: values are k * 2^(e - 3) with k in [8, 16) for normals (e >= -6) and
+// k * 2^-9 with k in [0, 8) for subnormals, so rounding is nearbyint at that quantum (ties to
+// even k, i.e. to an even code), then saturation at 448.
+
+float round_e4m3(float x) {
+  if (std::isnan(x)) return x;
+  const float a = std::fabs(x);
+  if (a == 0.0f) return x;
+  int e = 0;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): the binade's exponent is e - 1
+  const float quantum = std::ldexp(1.0f, std::max(e - 1 - 3, -9));
+  const float r = std::min(std::nearbyint(a / quantum) * quantum, 448.0f);
+  return std::copysign(r, x);
+}
+
+std::uint8_t encode_e4m3(float x) {
+  if (std::isnan(x)) return 0x7f;
+  static const auto values = [] {  // codes 0 .. 0x7e: non-negative finite values, increasing
+    std::vector<float> v(0x7f);
+    for (int c = 0; c < 0x7f; ++c) v[static_cast<std::size_t>(c)] = math::fp8_to_float(static_cast<std::uint8_t>(c), 4);
+    return v;
+  }();
+  const float r = std::fabs(round_e4m3(x));
+  const auto code = static_cast<std::uint8_t>(std::lower_bound(values.begin(), values.end(), r) - values.begin());
+  return static_cast<std::uint8_t>((std::signbit(x) ? 0x80 : 0) | code);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -244,7 +275,61 @@ std::vector<float> naive_pv(const AttentionParams& p, const std::vector<float>& 
 
 }  // namespace
 
+std::vector<double> naive_fp8_forward(const AttentionParams& p, std::vector<double>* lse) {
+  const std::int64_t total_q = p.total_q;
+  const int D = p.head_dim;
+  const float cap = p.mask.softcap;
+  std::vector<double> o(static_cast<std::size_t>(total_q * p.heads_q * D), 0.0);
+  if (lse) lse->assign(static_cast<std::size_t>(total_q * p.heads_q), -INFINITY);
+  cpu::parallel_for(static_cast<std::int64_t>(p.batch) * p.heads_q, 0, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bh = begin; bh < end; ++bh) {
+      const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
+      const int hk = h / p.group();
+      const Rows r = rows_of(p, b);
+      if (r.nq == 0) continue;
+      auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
+      auto k = load_rows(p, p.k, b, p.k_start(b), r.nk, hk);
+      const auto v = load_rows(p, p.v, b, p.k_start(b), r.nk, hk);  // stays fp8 (as stored)
+      const float dq = p.q_descale.at(b, hk), dk = p.k_descale.at(b, hk), dv = p.v_descale.at(b, hk);
+      for (float& x : q) x *= dq;  // dequantised in fp32
+      for (float& x : k) x *= dk;
+      const math::MaskSpec mask =
+          math::MaskSpec::make(r.nq, r.nk, p.mask.causal, p.mask.window_left, p.mask.window_right);
+      std::vector<float> s(static_cast<std::size_t>(r.nk)), acc(static_cast<std::size_t>(D));
+      for (int i = 0; i < r.nq; ++i) {
+        const math::KeyRange kr = math::visible_keys(mask, i);
+        float m = -INFINITY;
+        for (int j = kr.begin; j < kr.end; ++j) {
+          float dot = 0.0f;
+          for (int d = 0; d < D; ++d) dot += q[static_cast<std::size_t>(i) * D + d] * k[static_cast<std::size_t>(j) * D + d];
+          float x = dot * p.mask.scale;
+          if (cap > 0.0f) x = cap * std::tanh(x / cap);
+          s[static_cast<std::size_t>(j)] = x;
+          m = std::max(m, x);
+        }
+        double* oi = &o[static_cast<std::size_t>(((r.q0 + i) * p.heads_q + h) * D)];
+        if (kr.empty()) continue;  // out 0, lse -inf
+        float l = 0.0f;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int j = kr.begin; j < kr.end; ++j) {
+          const float e = std::exp(s[static_cast<std::size_t>(j)] - m);
+          l += e;
+          const float p8 = round_e4m3(e * 256.0f);
+          if (p8 == 0.0f) continue;
+          const float* vj = &v[static_cast<std::size_t>(j) * D];
+          for (int d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] += p8 * vj[d];
+        }
+        const float f = dv / (256.0f * l);
+        for (int d = 0; d < D; ++d) oi[d] = math::round_to(DType::bf16, acc[static_cast<std::size_t>(d)] * f);
+        if (lse) (*lse)[static_cast<std::size_t>(h * total_q + r.q0 + i)] = m + std::log(l);
+      }
+    }
+  });
+  return o;
+}
+
 std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse) {
+  if (p.dtype == DType::e4m3) return naive_fp8_forward(p, lse);
   const std::int64_t total_q = p.total_q;
   std::vector<double> o(static_cast<std::size_t>(total_q * p.heads_q * p.head_dim), 0.0);
   if (lse) lse->assign(static_cast<std::size_t>(total_q * p.heads_q), -INFINITY);
@@ -356,6 +441,25 @@ double max_abs_error(const std::vector<double>& a, const std::vector<double>& re
     worst = std::max(worst, std::fabs(a[i] - ref[i]));
   }
   return worst;
+}
+
+ErrorStats error_stats(const std::vector<double>& a, const std::vector<double>& ref) {
+  ErrorStats st;
+  st.max_abs = max_abs_error(a, ref);
+  if (std::isinf(st.max_abs)) {
+    st.rmse = INFINITY;
+    return st;
+  }
+  double sum = 0.0;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(ref[i])) continue;
+    const double e = a[i] - ref[i];
+    sum += e * e;
+    ++n;
+  }
+  st.rmse = n ? std::sqrt(sum / static_cast<double>(n)) : 0.0;
+  return st;
 }
 
 double rounding_floor(DType dtype, double scale) {
@@ -487,6 +591,13 @@ std::string CaseSpec::name() const {
     s += " window(" + std::to_string(options.window_left) + "," + std::to_string(options.window_right) + ")";
   if (options.softcap > 0.0f) s += " softcap" + std::to_string(options.softcap);
   if (row_pad > 0) s += " padded";
+  if (fp8()) {
+    s += " descale(";
+    s += descale_q ? "q" : "-";
+    s += descale_k ? "k" : "-";
+    s += descale_v ? "v" : "-";
+    s += ")";
+  }
   return s;
 }
 
@@ -508,16 +619,72 @@ AttentionCase::AttentionCase(const CaseSpec& s, std::mt19937_64& rng) : spec(s) 
   q = HostTensor(s.dtype, qshape, s.row_pad);
   k = HostTensor(s.dtype, kshape, s.row_pad);
   v = HostTensor(s.dtype, kshape, s.row_pad);
-  out = HostTensor(s.dtype, qshape, s.row_pad);
+  out = HostTensor(s.fp8() ? DType::bf16 : s.dtype, qshape, s.row_pad);
   dout = HostTensor(s.dtype, qshape, s.row_pad);
   dq = HostTensor(s.dtype, qshape, s.row_pad);
   dk = HostTensor(s.dtype, kshape, s.row_pad);
   dv = HostTensor(s.dtype, kshape, s.row_pad);
   lse = HostTensor(DType::f32, lshape, s.row_pad);
+  if (s.fp8()) {
+    fill_fp8(rng);
+    return;
+  }
   q.fill_normal(rng, s.input_std);
   k.fill_normal(rng, s.input_std);
   v.fill_normal(rng);
   dout.fill_normal(rng);
+}
+
+void AttentionCase::fill_fp8(std::mt19937_64& rng) {
+  const CaseSpec& s = spec;
+  const int B = s.num_sequences(), hq = s.heads_q, hk = s.heads_kv, D = s.head_dim, group = hq / hk;
+  const std::vector<std::int64_t> dshape{B, hk};
+  std::uniform_real_distribution<float> amax_in_stds(4.0f, 8.0f);
+  // Descales as a per-(sequence, kv head) quantiser would pick them: amax / 448.
+  auto make_descale = [&](bool present, float stddev) {
+    HostTensor t;
+    if (!present) return t;
+    t = HostTensor(DType::f32, dshape, s.row_pad);
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, amax_in_stds(rng) * stddev / 448.0f);
+    return t;
+  };
+  descale_q = make_descale(s.descale_q, s.input_std);
+  descale_k = make_descale(s.descale_k, s.input_std);
+  descale_v = make_descale(s.descale_v, 1.0f);
+  // Element (row, head, d) of a packed (rows, heads, D) enumeration: rows are the tensor's
+  // leading dims flattened (b * seq + i for dense, the packed row for ragged).
+  auto seq_of_row = [&](std::int64_t row, bool is_q) -> int {
+    if (!s.ragged()) return static_cast<int>(row / (is_q ? s.seq_q : s.seq_k));
+    const auto& lens = is_q ? s.q_lens : s.k_lens;
+    std::int64_t start = 0;
+    for (int b = 0; b < B; ++b) {
+      start += lens[static_cast<std::size_t>(b)];
+      if (row < start) return b;
+    }
+    return B - 1;
+  };
+  auto quantise = [&](HostTensor& t, const HostTensor& descale, int heads, int heads_per_kv, float stddev, bool is_q) {
+    std::normal_distribution<float> dist(0.0f, stddev);
+    const std::int64_t per_row = static_cast<std::int64_t>(heads) * D;
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      const std::int64_t row = i / per_row;
+      const int h = static_cast<int>((i % per_row) / D);
+      float x = dist(rng);
+      if (descale.numel() > 0) x /= descale.get(static_cast<std::int64_t>(seq_of_row(row, is_q)) * hk + h / heads_per_kv);
+      t.set(i, x);
+    }
+  };
+  quantise(q, descale_q, hq, group, s.input_std, true);
+  quantise(k, descale_k, hk, 1, s.input_std, false);
+  quantise(v, descale_v, hk, 1, 1.0f, false);
+}
+
+Fp8Descale AttentionCase::descales() const {
+  Fp8Descale d;
+  if (descale_q.numel() > 0) d.q = descale_q.view();
+  if (descale_k.numel() > 0) d.k = descale_k.view();
+  if (descale_v.numel() > 0) d.v = descale_v.view();
+  return d;
 }
 
 AttentionOptions AttentionCase::options() const {
@@ -529,7 +696,12 @@ AttentionOptions AttentionCase::options() const {
 void AttentionCase::forward(const ExecutionContext& ctx) {
   out.poison();
   lse.poison();
-  if (spec.ragged())
+  if (spec.fp8() && spec.ragged())
+    attention_forward_fp8_ragged(q.view(), k.view(), v.view(), cu_q.view(), cu_k.view(), descales(), out.view(),
+                                 lse.view(), options(), ctx);
+  else if (spec.fp8())
+    attention_forward_fp8(q.view(), k.view(), v.view(), descales(), out.view(), lse.view(), options(), ctx);
+  else if (spec.ragged())
     attention_forward_ragged(q.view(), k.view(), v.view(), cu_q.view(), cu_k.view(), out.view(), lse.view(), options(), ctx);
   else
     attention_forward(q.view(), k.view(), v.view(), out.view(), lse.view(), options(), ctx);
@@ -549,6 +721,10 @@ void AttentionCase::backward(const ExecutionContext& ctx) {
 
 AttentionParams AttentionCase::forward_params() const {
   const Tensor none;
+  if (spec.fp8())
+    return api::build_forward_fp8_params(q.view(), k.view(), v.view(), spec.ragged() ? cu_q.view() : none,
+                                         spec.ragged() ? cu_k.view() : none, descales(), out.view(), lse.view(),
+                                         options(), {});
   return api::build_forward_params(q.view(), k.view(), v.view(), spec.ragged() ? cu_q.view() : none,
                                    spec.ragged() ? cu_k.view() : none, out.view(), lse.view(), options(), {});
 }
@@ -565,7 +741,7 @@ std::vector<double> AttentionCase::out_packed() const {
   std::vector<std::int64_t> st;
   std::vector<int> ln;
   q_rows(p, &st, &ln);
-  return gather_rows(out, p.o, p.dtype, p.batch, st, ln, p.heads_q, p.head_dim, p.ragged());
+  return gather_rows(out, p.o, p.out_dtype(), p.batch, st, ln, p.heads_q, p.head_dim, p.ragged());
 }
 
 std::vector<double> AttentionCase::lse_packed() const {
@@ -629,6 +805,15 @@ CaseSpec ragged(DType dt, std::vector<int> ql, std::vector<int> kl, int hq, int 
   s.q_lens = std::move(ql);
   s.k_lens = std::move(kl);
   return s;
+}
+
+CaseSpec dense_fp8(int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad) {
+  return dense(DType::e4m3, batch, sq, sk, hq, hkv, d, o, pad);
+}
+
+CaseSpec ragged_fp8(std::vector<int> ql, std::vector<int> kl, int hq, int hkv, int d, AttentionOptions o,
+                    std::int64_t pad) {
+  return ragged(DType::e4m3, std::move(ql), std::move(kl), hq, hkv, d, o, pad);
 }
 
 }  // namespace tessera::testing

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "params/attention_params.h"
+#include "tessera/attention.h"
 #include "tessera/options.h"
 #include "tessera/tensor.h"
 
@@ -68,7 +69,20 @@ float poison_value(DType dtype);
 // Same-precision naive attention (S, P and O rounded to the storage dtype as a framework
 // running the three-pass algorithm in that dtype would), packed as the oracle's arrays.
 // `lse` (optional) receives the row LSE in natural log, packed [h * total_q + row].
+// For e4m3 inputs it is naive_fp8_forward.
 std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse = nullptr);
+
+// The naive same-precision baseline of the FP8 forward (p.dtype e4m3), i.e. what an FP8
+// kernel does, without tiling: S = scale * (q * dq) . (k * dk) in fp32 from the dequantised
+// inputs (then softcap and masks), m = row max, l = sum exp(S - m) in fp32,
+// P8 = e4m3(256 * exp(S - m)) (P scaled into fp8 range), O = (sum P8 * v8 in fp32) * dv / (256 l)
+// with v8 the stored fp8 values, rounded to bf16. lse = m + ln l (fp32).
+std::vector<double> naive_fp8_forward(const AttentionParams& p, std::vector<double>* lse = nullptr);
+
+// Fast exact e4m3 (OCP "fn": max 448, saturating, round to nearest even) for test data and
+// baselines; agrees bit for bit with math::float_to_fp8(x, 4) / round_to(DType::e4m3, x).
+float round_e4m3(float x);
+std::uint8_t encode_e4m3(float x);
 struct NaiveGrads { std::vector<double> dq, dk, dv; };
 // The naive backward in the storage precision. When p.lse is set (a backward from the saved
 // LSE, as every kernel here is), P is recomputed as exp(s - lse) from that fp32 LSE, so the
@@ -78,6 +92,14 @@ NaiveGrads naive_same_precision_backward(const BackwardParams& p);
 // max |a - ref| over all entries (both finite); +inf if `a` has a NaN where ref is finite,
 // or a mismatch of infinities.
 double max_abs_error(const std::vector<double>& a, const std::vector<double>& ref);
+
+// Max error (as max_abs_error) and root-mean-square error over the entries where ref is
+// finite (+inf for both on any NaN or infinity mismatch).
+struct ErrorStats {
+  double max_abs = 0.0;
+  double rmse = 0.0;
+};
+ErrorStats error_stats(const std::vector<double>& a, const std::vector<double>& ref);
 
 // Rounding floor of the tolerance rule for outputs of magnitude `scale` in `dtype`:
 // 2 * epsilon(dtype) * max(1, scale).
@@ -112,9 +134,17 @@ struct CaseSpec {
   std::vector<int> q_lens, k_lens;  // non-empty: ragged, one entry per sequence
   int heads_q = 1, heads_kv = 1, head_dim = 64;
   AttentionOptions options;  // return_lse is forced on
-  std::int64_t row_pad = 0;  // > 0: non-contiguous q/k/v/out/grads
+  std::int64_t row_pad = 0;  // > 0: non-contiguous q/k/v/out/grads (and descales)
   float input_std = 1.0f;
+  // FP8 (dtype e4m3, run through attention_forward_fp8): which descales are present (absent
+  // means 1). A present descale per (sequence, kv head) is amax / 448 for a random amax in
+  // [4, 8] x the values' std, and the stored fp8 values are e4m3(x / descale) with x normal
+  // (std input_std for q/k, 1 for v): the dequantised inputs have the magnitudes of the other
+  // dtypes' cases, quantised as a framework would. Without a descale, e4m3(x) is stored.
+  bool descale_q = true, descale_k = true, descale_v = true;
+  bool fp8() const { return dtype == DType::e4m3; }
   bool ragged() const { return !q_lens.empty(); }
+  int num_sequences() const { return ragged() ? static_cast<int>(q_lens.size()) : batch; }
   std::string name() const;  // short description for failure messages
 };
 
@@ -126,15 +156,24 @@ AttentionOptions opts(bool causal, int left = -1, int right = -1, float softcap 
 CaseSpec dense(DType dt, int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad = 0);
 CaseSpec ragged(DType dt, std::vector<int> ql, std::vector<int> kl, int hq, int hkv, int d, AttentionOptions o,
                 std::int64_t pad = 0);
+// FP8 cases: dtype e4m3 with the three descales present (clear spec.descale_* for absent ones).
+CaseSpec dense_fp8(int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad = 0);
+CaseSpec ragged_fp8(std::vector<int> ql, std::vector<int> kl, int hq, int hkv, int d, AttentionOptions o,
+                    std::int64_t pad = 0);
 
 struct AttentionCase {
   AttentionCase(const CaseSpec& spec, std::mt19937_64& rng);
 
   CaseSpec spec;
-  HostTensor q, k, v, out, lse, dout, dq, dk, dv, cu_q, cu_k;
+  // out is bf16 for fp8 cases; descale_* (fp32 (sequences, heads_kv)) only for fp8 cases
+  // whose spec asks for them. Gradients keep the input dtype (there is no fp8 backward).
+  HostTensor q, k, v, out, lse, dout, dq, dk, dv, cu_q, cu_k, descale_q, descale_k, descale_v;
 
   AttentionOptions options() const;
-  // Poison out/lse, then tessera::attention_forward(_ragged).
+  // The descales as the API takes them (absent tensors where the spec has none).
+  Fp8Descale descales() const;
+  // Poison out/lse, then tessera::attention_forward(_ragged), or attention_forward_fp8(_ragged)
+  // for fp8 cases.
   void forward(const ExecutionContext& ctx = {});
   // Poison dq/dk/dv, then tessera::attention_backward(_ragged) from the current out and lse.
   void backward(const ExecutionContext& ctx = {});
@@ -147,6 +186,9 @@ struct AttentionCase {
   std::vector<double> dq_packed() const;
   std::vector<double> dk_packed() const;
   std::vector<double> dv_packed() const;
+
+ private:
+  void fill_fp8(std::mt19937_64& rng);  // descales, then q/k/v quantised with them
 };
 
 }  // namespace tessera::testing
