@@ -1,7 +1,8 @@
 // BatchAttention on CUDA (plan into a cudaMalloc'd workspace, run the serving kernels of
 // src/cuda/batch/) against the fp64 oracle under the tolerance rule of test_support.h, and
 // against the CPU executor of the very same plan (same num_sms, so the same work items and
-// KV splits). Mixed batches of prefill chunks and decode tokens with kv_len 0, 1 and a long
+// KV splits). Mixed batches run in one fused launch (both shapes); decode-only layouts in the
+// decode-only instance. Mixed batches of prefill chunks and decode tokens with kv_len 0, 1 and a long
 // request (32k; one 128k case checked on one kv head's query group), GQA 1/4/8 (and 32, 128:
 // the prefill-shaped kernel for decode rows, several vector blocks per item), head_dim
 // 64/128/256, bf16/fp16, NHD/HND, page sizes 1/5/16/128/256, causal, window, soft cap,
@@ -401,6 +402,24 @@ TEST(BatchCuda, DecodeOnlyAndPrefillOnly) {
   Spec s = spec(DType::f16, 8, 2, 128, 16, KVLayout::HND, opts(true));
   s.q_lens = {3, 1};
   s.kv_lens = {32768, 0};
+  check(s);
+}
+
+// A mixed batch with more units than one classification round of every persistent CTA
+// (> 128 x grid): thousands of short decode requests interleaved with prefill chunks, so that
+// the fused launch's forward and backward walkers cross several rounds and both shapes, in
+// an order where the kinds alternate (the planner keeps request order).
+TEST(BatchCuda, ManyUnitsPerCtaBothShapes) {
+  std::mt19937_64 lens(11);
+  Spec s = spec(DType::bf16, 16, 16, 64, 16, KVLayout::NHD, opts(true));  // 16 units per request
+  s.q_lens.clear();
+  s.kv_lens.clear();
+  for (int b = 0; b < 5200; ++b) {
+    const bool chunk = b % 1000 == 500;
+    s.q_lens.push_back(chunk ? 200 : 1);
+    s.kv_lens.push_back(chunk ? 900 : static_cast<int>(1 + lens() % 40));
+  }
+  s.q_lens[7] = 0;  // a request with no query rows among them
   check(s);
 }
 

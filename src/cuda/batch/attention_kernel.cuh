@@ -47,16 +47,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Which kernel variant executes unit u (item u / row_blocks, vector block u % row_blocks).
-// Decode-shaped items (<= kDecodeMaxRows packed vectors) go to KG = 4, all others to KG = 1.
-template <int kKG>
-__device__ __forceinline__ bool unit_is_mine(const BatchArgs& a, int u) {
+// Shape of unit u (item u / row_blocks, vector block u % row_blocks): decode-shaped items
+// (<= kDecodeMaxRows packed vectors, one unit) run on the KG = 4 path, all others on KG = 1;
+// blocks past an item's vectors (row_blocks > 1 only) are empty.
+enum class UnitKind { none, decode, prefill };
+__device__ __forceinline__ UnitKind unit_kind(const BatchArgs& a, int u) {
   const int item = a.row_blocks == 1 ? u : u / a.row_blocks;  // 32-bit: no division call
   const int rb = u - item * a.row_blocks;
   const int2 rows = *reinterpret_cast<const int2*>(&a.items[item].q_begin);  // q_begin, q_end
   const int n = (rows.y - rows.x) * a.group;
-  if (kKG == 4) return n <= kDecodeMaxRows && rb == 0;
-  return n > kDecodeMaxRows && rb * 64 < n;
+  if (n <= kDecodeMaxRows) return rb == 0 ? UnitKind::decode : UnitKind::none;
+  return rb * 64 < n ? UnitKind::prefill : UnitKind::none;
 }
 
 // Page-table lookup of token j of request (page list `pages`): element offsets of its K and
@@ -84,7 +85,6 @@ struct Smem {
   __device__ __forceinline__ float* stat_l() const { return stat_m() + Tr::kKG * Tr::kRows; }
   __device__ __forceinline__ float* fin_scale() const { return reinterpret_cast<float*>(base + Tr::kOffFin); }
   __device__ __forceinline__ float* fin_lse() const { return fin_scale() + Tr::kRows; }
-  __device__ __forceinline__ int* units() const { return reinterpret_cast<int*>(base + Tr::kOffUnits); }
 };
 
 // Issues the cp.async copies of one K and one V tile whose row offsets are in smem.
@@ -237,9 +237,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Tr::kWarpN / 8][4], std:
 
 // One unit: work item `item`, packed vectors [row0, row0 + kRows).
 template <typename T, int kHeadDim, int kKG>
-__device__ __forceinline__ void run_unit(const BatchArgs& a, const Smem<Traits<kHeadDim, kKG>>& sm, int item,
-                                         int row0) {
+__device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem, int item, int row0) {
   using Tr = Traits<kHeadDim, kKG>;
+  const Smem<Tr> sm{smem};
   constexpr int D = kHeadDim, BN = Tr::kBlockN, S = Tr::kStages, C = Tr::kChunks;
   constexpr bool kBf16 = cuda::Traits<T>::is_bf16;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -454,31 +454,55 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, const Smem<Traits<k
   __syncthreads();  // the next unit's copies overwrite Q, offsets and the reduction buffer
 }
 
-// Persistent CTAs: CTA x walks units x, x + grid, x + 2 grid, ... (a unit = item, block of 64
-// packed vectors), keeping those of its variant. The unit count is read from the plan header
-// in device memory, so the grid depends only on capacities. Each round classifies up to 128
-// candidate units at once (one load each, in parallel) before running the matching ones.
-template <typename T, int kHeadDim, int kKG>
-__global__ void __launch_bounds__(Traits<kHeadDim, kKG>::kThreads)
+// Persistent CTAs. CTA x owns units x, x + grid, x + 2 grid, ... (a unit = item, block of 64
+// packed vectors); the unit count is read from the plan header in device memory, so the grid
+// depends only on capacities. Each round classifies up to 128 of the CTA's units at once (one
+// load each, in parallel) before running those of the instance's kind(s) (kernel_traits.cuh).
+// Fused: half of the CTAs walk their units backwards, so that while one CTA of an SM streams
+// decode items (memory-bound) the other computes prefill tiles (math-bound) instead of both
+// doing the same kind: with the plan's kinds in blocks, a forward and a backward walker meet
+// opposite kinds for most of the run. The assignment is unchanged, only the order.
+template <typename T, int kHeadDim, int kKind>
+__global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm<kHeadDim>())
     batch_attention_kernel(const __grid_constant__ BatchArgs a) {
-  using Tr = Traits<kHeadDim, kKG>;
+  using Dec = Traits<kHeadDim, 4>;
+  using Pre = Traits<kHeadDim, 1>;
+  static_assert(Dec::kThreads == Pre::kThreads, "one block size for both paths");
+  constexpr int kThreads = Dec::kThreads;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const Smem<Tr> sm{smem_raw};
+  // The unit list sits past the data of both layouts (each path uses [0, its kOffUnits)).
+  int* units = reinterpret_cast<int*>(smem_raw + units_offset<kHeadDim, kKind>());
   // The host keeps max_items * row_blocks below 2^30, so unit indices are 32-bit.
   const int num_units = a.header->num_items * a.row_blocks;
-  const int stride = static_cast<int>(gridDim.x);
-  int* units = sm.units();
-  for (long long base = blockIdx.x; base < num_units; base += static_cast<long long>(stride) * Tr::kThreads) {
-    const long long u = base + static_cast<long long>(threadIdx.x) * stride;
-    const bool mine = u < num_units && unit_is_mine<kKG>(a, static_cast<int>(u));
-    units[threadIdx.x] = mine ? static_cast<int>(u) : -1;
+  const int x = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
+  const int owned = x < num_units ? (num_units - 1 - x) / grid + 1 : 0;
+  // Backward walkers: (x odd) != (x in the upper half) gives the two CTAs of an SM opposite
+  // directions when blocks are placed one per SM in index order (x, x + grid/2 together) or in
+  // consecutive pairs (2s, 2s + 1); on the H200, placement by TPC pairs, it did so on 116 of
+  // 132 SMs, and a per-SM arrival counter (%smid, all 132) measured the same time.
+  const bool backward = kKind == kFused && ((x & 1) != 0) != (x >= grid / 2);
+  for (int k0 = 0; k0 < owned; k0 += kThreads) {
+    const int k = k0 + static_cast<int>(threadIdx.x);
+    int mine = -1;
+    if (k < owned) {
+      const int u = x + (backward ? owned - 1 - k : k) * grid;
+      const UnitKind kind = unit_kind(a, u);
+      if (kind == UnitKind::decode && kKind != kPrefillOnly) mine = u;
+      if (kind == UnitKind::prefill && kKind != kDecodeOnly) mine = u | (1 << 30);  // tag: prefill path
+    }
+    units[threadIdx.x] = mine;
     __syncthreads();
-    for (int t = 0; t < Tr::kThreads; ++t) {
-      const int uu = units[t];  // uniform: every thread reads the same entry
-      if (uu < 0) continue;
+    const int n = min(kThreads, owned - k0);
+    for (int t = 0; t < n; ++t) {
+      const int tagged = units[t];  // uniform: every thread reads the same entry
+      if (tagged < 0) continue;
+      const int uu = tagged & ((1 << 30) - 1);
       const int item = a.row_blocks == 1 ? uu : uu / a.row_blocks;
       const int rb = uu - item * a.row_blocks;
-      run_unit<T, kHeadDim, kKG>(a, sm, item, rb * Tr::kRows);
+      if (kKind != kDecodeOnly && (kKind == kPrefillOnly || (tagged >> 30) != 0))
+        run_unit<T, kHeadDim, 1>(a, smem_raw, item, rb * Pre::kRows);
+      else if (kKind != kPrefillOnly)
+        run_unit<T, kHeadDim, 4>(a, smem_raw, item, rb * Dec::kRows);
     }
     __syncthreads();  // before the next round rewrites the list
   }

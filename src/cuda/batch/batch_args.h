@@ -55,9 +55,10 @@ struct BatchArgs {
 // Packed query vectors at or below which an item runs on the decode-shaped kernel.
 inline constexpr int kDecodeMaxRows = 16;
 
-// One instance per (dtype, head dim, kv split across warps KG in {1, 4}); defined in
-// instance_hdim*.cu. Launches on `stream` with a grid of at most `max_units` CTAs.
-template <typename T, int kHeadDim, int kKG>
+// Two instances per (dtype, head dim), defined in instance_hdim*.cu, kKind an InstanceKind
+// (kernel_traits.cuh): decode-only and fused at head_dim 64/128, decode-only and prefill-only
+// at 256. Launches on `stream` with a grid of at most `max_units` CTAs.
+template <typename T, int kHeadDim, int kKind>
 void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream);
 
 // The merge of split rows (merge_kernel.cu); max_rows = capacity of merge rows.

@@ -2,11 +2,13 @@
 // kernels behind BatchAttention::run() on a CUDA workspace. Host-only header, no CUDA types.
 //
 // run() launches, on p.stream, with no host synchronisation and no allocation:
-//   1. the attention kernel for "decode-shaped" work items (at most 16 packed query vectors:
-//      q_len x GQA group <= 16), whose four warps split every KV tile's keys and merge at the end;
-//   2. the attention kernel for the other items (up to 64 packed query vectors per CTA, warps
-//      split the query vectors, FA2-style);
-//   3. the merge kernel that combines the fp32 partial states of split query rows.
+//   1. the attention kernel over the plan's work items: "decode-shaped" items (at most 16
+//      packed query vectors: q_len x GQA group <= 16) run with four warps splitting every KV
+//      tile's keys, the others (up to 64 packed vectors per CTA) FA2-style with warps splitting
+//      the query vectors. Layouts that allow both shapes get ONE fused launch whose CTAs take
+//      both (docs/perf/mixed_batch.md), decode-only layouts the decode-only instance; head_dim
+//      256 launches the two shapes one after the other;
+//   2. the merge kernel that combines the fp32 partial states of split query rows.
 // Grids are sized from the workspace layout's capacities and the device, never from the plan's
 // counts: the kernels read num_items / num_merge_rows from the PlanHeader in device memory, so a
 // CUDA graph captured around run() stays valid after a new plan() into the same workspace.

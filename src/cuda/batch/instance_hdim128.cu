@@ -1,10 +1,10 @@
-// Batch-attention instances for head_dim 128: f16 and bf16, decode shape (KG = 4) and
-// prefill shape (KG = 1). One file per head dim keeps parallel builds balanced.
+// Batch-attention instances for head_dim 128: f16 and bf16, decode-shaped units only and fused (every unit on the path of
+// its shape). One file per head dim keeps parallel builds balanced.
 #include "cuda/batch/launch_template.cuh"
 
 namespace tessera::cuda::batch {
-template void launch_attention<__half, 128, 1>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__half, 128, 4>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__nv_bfloat16, 128, 1>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__nv_bfloat16, 128, 4>(const BatchArgs&, long long, int, void*);
+template void launch_attention<__half, 128, kDecodeOnly>(const BatchArgs&, long long, int, void*);
+template void launch_attention<__half, 128, kFused>(const BatchArgs&, long long, int, void*);
+template void launch_attention<__nv_bfloat16, 128, kDecodeOnly>(const BatchArgs&, long long, int, void*);
+template void launch_attention<__nv_bfloat16, 128, kFused>(const BatchArgs&, long long, int, void*);
 }  // namespace tessera::cuda::batch

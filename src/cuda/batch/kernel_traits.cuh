@@ -57,6 +57,31 @@ struct Traits {
   static_assert(kStages >= 2 && kStages <= 8, "cp.async wait_group immediates");
 };
 
+// Kernel instances: which unit shapes one launch runs.
+//   kDecodeOnly   decode-shaped units (layouts where no item can be larger);
+//   kPrefillOnly  the others (head_dim 256, where a fused kernel would spill);
+//   kFused        both, each unit on the path of its shape.
+enum InstanceKind : int { kDecodeOnly = 0, kPrefillOnly = 1, kFused = 2 };
+
+// Shared memory of an instance: the layout of its shape, or (fused) room for either, with the
+// unit list past the data of both.
+template <int kHeadDim, int kKind>
+__host__ __device__ constexpr int units_offset() {
+  constexpr int dec = Traits<kHeadDim, 4>::kOffUnits, pre = Traits<kHeadDim, 1>::kOffUnits;
+  return kKind == kDecodeOnly ? dec : kKind == kPrefillOnly ? pre : (dec > pre ? dec : pre);
+}
+template <int kHeadDim, int kKind>
+__host__ __device__ constexpr int instance_smem_bytes() {
+  return units_offset<kHeadDim, kKind>() + Traits<kHeadDim, 4>::kThreads * 4;
+}
+// Resident CTAs per SM the instance is compiled for (__launch_bounds__): what shared memory
+// allows at that head dim on sm_90 (decode.md), so ptxas may use up to 65536 / (128 x this)
+// registers. Without it ptxas capped the fused head_dim 128 kernel at 168 and spilled.
+template <int kHeadDim>
+__host__ __device__ constexpr int min_ctas_per_sm() {
+  return kHeadDim <= 64 ? 3 : (kHeadDim <= 128 ? 2 : 1);
+}
+
 // Element offset of (row, 16-byte chunk) in a tile of kChunks chunks per row. The chunk index
 // is XORed with row % 8 so that the 8 rows an ldmatrix phase reads (same logical chunk) hit 8
 // different 16-byte bank groups, as do the cp.async writes; rows stay contiguous.

@@ -60,9 +60,11 @@ bool strides_ok(const char* name, const void* ptr, std::initializer_list<std::in
   return true;
 }
 
+// The largest instance of a head dim (fused: both layouts; 256: the larger of the two).
 template <int D>
 int max_smem_bytes() {
-  const int a = batch::Traits<D, 1>::kSmemBytes, b = batch::Traits<D, 4>::kSmemBytes;
+  const int a = batch::instance_smem_bytes<D, batch::kDecodeOnly>();
+  const int b = batch::instance_smem_bytes<D, D == 256 ? batch::kPrefillOnly : batch::kFused>();
   return a > b ? a : b;
 }
 
@@ -78,15 +80,23 @@ int smem_bytes_for(int head_dim) {
 template <typename T, int D>
 void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms) {
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
-  // Decode-shaped items have <= kDecodeMaxRows packed vectors, hence group <= kDecodeMaxRows.
-  if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, 4>(a, max_units, num_sms, p.stream);
   // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
-  // plan() wrote: when that many rows x group fit the decode shape, no item is prefill-shaped
-  // and the KG = 1 instance (which would only classify units) is not launched. Depends on the
-  // layout only, like the grids, so captured graphs stay valid across plans.
+  // plan() wrote: when that many rows x group fit the decode shape, every item is decode-shaped
+  // and the decode-only instance runs them; otherwise one fused launch runs both shapes, so
+  // decode items (memory-bound) and prefill items (math-bound) share the SMs instead of
+  // running one launch after the other. Depends on the layout only, like the grids, so
+  // captured graphs stay valid across plans.
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
-  if (max_item_vectors > batch::kDecodeMaxRows) batch::launch_attention<T, D, 1>(a, max_units, num_sms, p.stream);
+  if (max_item_vectors <= batch::kDecodeMaxRows) {
+    batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+  } else if constexpr (D == 256) {
+    // One CTA per SM at this head dim: nothing to share, so the two shapes keep two launches.
+    if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+    batch::launch_attention<T, D, batch::kPrefillOnly>(a, max_units, num_sms, p.stream);
+  } else {
+    batch::launch_attention<T, D, batch::kFused>(a, max_units, num_sms, p.stream);
+  }
 }
 
 template <typename T>

@@ -1,4 +1,4 @@
-// launch_attention<T, D, KG>: the host side of one attention instance (included by the
+// launch_attention<T, D, kKind>: the host side of one attention instance (included by the
 // instance_hdim*.cu files). Persistent grid: as many CTAs as fit on the device at once
 // (occupancy, cached per device), capped by the unit capacity of the workspace layout.
 #pragma once
@@ -14,11 +14,12 @@
 
 namespace tessera::cuda::batch {
 
-template <typename T, int kHeadDim, int kKG>
+template <typename T, int kHeadDim, int kKind>
 void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream) {
-  using Tr = Traits<kHeadDim, kKG>;
+  constexpr int kThreads = Traits<kHeadDim, 4>::kThreads;
+  constexpr int kSmem = instance_smem_bytes<kHeadDim, kKind>();
   if (max_units <= 0) return;
-  auto* kernel = &batch_attention_kernel<T, kHeadDim, kKG>;
+  auto* kernel = &batch_attention_kernel<T, kHeadDim, kKind>;
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   // Resident CTAs per SM, per device: set the smem opt-in and ask the occupancy calculator
@@ -27,14 +28,14 @@ void launch_attention(const BatchArgs& args, long long max_units, int num_sms, v
   static std::atomic<int> resident[kMaxDevices] = {};
   int per_sm = device < kMaxDevices ? resident[device].load(std::memory_order_relaxed) : 0;
   if (per_sm == 0) {
-    if (Tr::kSmemBytes > 48 * 1024)
-      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-    TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, Tr::kSmemBytes));
+    if (kSmem > 48 * 1024)
+      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
     per_sm = std::max(per_sm, 1);
     if (device < kMaxDevices) resident[device].store(per_sm, std::memory_order_relaxed);
   }
   const long long grid = std::min<long long>(max_units, static_cast<long long>(num_sms) * per_sm);
-  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(args);
+  kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
