@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -46,7 +47,8 @@ struct Problem {
   }
 };
 
-void expect_error(const std::function<void()>& call, ErrorCode code, const std::string& argument, const Problem& p) {
+template <typename P>  // Problem or Fp8Problem: anything with outputs_untouched()
+void expect_error(const std::function<void()>& call, ErrorCode code, const std::string& argument, const P& p) {
   try {
     call();
     ADD_FAILURE() << "expected an error naming " << argument;
@@ -311,6 +313,216 @@ TEST(Validation, MergeStatesShapes) {
     EXPECT_EQ(e.argument(), "lse_states");
   }
   for (float x : out) EXPECT_EQ(x, kSentinel);
+}
+
+// ---------------------------------------------------------------------------------------------
+// FP8 forward: e4m3 q/k/v, bf16 out, fp32 descales (batch, heads_kv).
+
+constexpr std::uint16_t kSentinelBf16 = 0x7777;
+constexpr std::uint8_t kOneE4m3 = 0x38;  // 1.0
+
+struct Fp8Problem {
+  int b = 2, sq = 5, sk = 7, hq = 4, hkv = 2, d = 64;
+  std::vector<std::uint8_t> q, k, v;
+  std::vector<std::uint16_t> out;
+  std::vector<float> lse, dq, dk, dv;
+  AttentionOptions opt;
+  Fp8Problem() {
+    q.assign(b * sq * hq * d, kOneE4m3);
+    k.assign(b * sk * hkv * d, kOneE4m3);
+    v.assign(b * sk * hkv * d, kOneE4m3);
+    out.assign(q.size(), kSentinelBf16);
+    lse.assign(b * hq * sq, kSentinel);
+    dq.assign(b * hkv, 0.5f);
+    dk.assign(b * hkv, 0.25f);
+    dv.assign(b * hkv, 2.0f);
+    opt.return_lse = true;
+  }
+  Tensor Q() { return Tensor(q.data(), DType::e4m3, {b, sq, hq, d}); }
+  Tensor K() { return Tensor(k.data(), DType::e4m3, {b, sk, hkv, d}); }
+  Tensor V() { return Tensor(v.data(), DType::e4m3, {b, sk, hkv, d}); }
+  Tensor O() { return Tensor(out.data(), DType::bf16, {b, sq, hq, d}); }
+  Tensor L() { return Tensor(lse.data(), DType::f32, {b, hq, sq}); }
+  Fp8Descale S() {
+    return {Tensor(dq.data(), DType::f32, {b, hkv}), Tensor(dk.data(), DType::f32, {b, hkv}),
+            Tensor(dv.data(), DType::f32, {b, hkv})};
+  }
+  void call(const Fp8Descale& s) { attention_forward_fp8(Q(), K(), V(), s, O(), L(), opt); }
+  bool outputs_untouched() const {
+    for (std::uint16_t x : out)
+      if (x != kSentinelBf16) return false;
+    for (float x : lse)
+      if (x != kSentinel) return false;
+    return true;
+  }
+};
+
+std::string message_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Validation, Fp8ValidProblemRuns) {
+  Fp8Problem p;
+  p.call(p.S());
+  EXPECT_FALSE(p.outputs_untouched());
+  // Every key is the same, so out = v * descale.v = 2 exactly; LSE = s + ln 7 with
+  // s = scale * (q dq) . (k dk) = 64 * 0.5 * 0.25 / 8 = 1.
+  for (std::uint16_t x : p.out) EXPECT_EQ(x, 0x4000);  // bf16 2.0
+  for (float x : p.lse) EXPECT_NEAR(x, 1.0 + std::log(7.0), 1e-6);
+}
+
+TEST(Validation, Fp8AbsentDescalesRun) {
+  Fp8Problem p;
+  p.call(Fp8Descale{});
+  for (std::uint16_t x : p.out) EXPECT_EQ(x, 0x3f80);  // bf16 1.0
+}
+
+TEST(Validation, ForwardRefusesFp8) {
+  Fp8Problem p;
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
+               "q", p);
+  EXPECT_NE(message_of([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }).find("attention_forward_fp8"),
+            std::string::npos);
+}
+
+TEST(Validation, BackwardRefusesFp8) {
+  Fp8Problem p;
+  std::vector<std::uint8_t> o(p.q.size(), kOneE4m3), dout(p.q.size(), kOneE4m3);
+  std::vector<std::uint8_t> dq(p.q.size(), 0x55), dk(p.k.size(), 0x55), dv(p.v.size(), 0x55);
+  const Tensor O(o.data(), DType::e4m3, {p.b, p.sq, p.hq, p.d}), dO(dout.data(), DType::e4m3, {p.b, p.sq, p.hq, p.d});
+  const Tensor dQ(dq.data(), DType::e4m3, {p.b, p.sq, p.hq, p.d}), dK(dk.data(), DType::e4m3, {p.b, p.sk, p.hkv, p.d}),
+      dV(dv.data(), DType::e4m3, {p.b, p.sk, p.hkv, p.d});
+  expect_error([&] { attention_backward(p.Q(), p.K(), p.V(), O, dO, p.L(), dQ, dK, dV, p.opt); },
+               ErrorCode::unsupported, "q", p);
+  EXPECT_NE(message_of([&] { attention_backward(p.Q(), p.K(), p.V(), O, dO, p.L(), dQ, dK, dV, p.opt); }).find("fp8"),
+            std::string::npos);
+  for (auto* g : {&dq, &dk, &dv})
+    for (std::uint8_t x : *g) EXPECT_EQ(x, 0x55);
+}
+
+TEST(Validation, Fp8InputDtype) {
+  Fp8Problem p;
+  std::vector<std::uint16_t> qb(p.q.size(), 0x3f80);
+  const Tensor q(qb.data(), DType::bf16, {p.b, p.sq, p.hq, p.d});
+  expect_error([&] { attention_forward_fp8(q, p.K(), p.V(), p.S(), p.O(), p.L(), p.opt); },
+               ErrorCode::invalid_argument, "q", p);
+}
+
+TEST(Validation, Fp8DtypesAgree) {
+  Fp8Problem p;
+  Tensor v = p.V();
+  v.dtype = DType::e5m2;
+  expect_error([&] { attention_forward_fp8(p.Q(), p.K(), v, p.S(), p.O(), p.L(), p.opt); },
+               ErrorCode::invalid_argument, "v", p);
+}
+
+TEST(Validation, Fp8OutIsBf16) {
+  Fp8Problem p;
+  Tensor o = p.O();
+  o.dtype = DType::f16;
+  expect_error([&] { attention_forward_fp8(p.Q(), p.K(), p.V(), p.S(), o, p.L(), p.opt); },
+               ErrorCode::invalid_argument, "out", p);
+}
+
+TEST(Validation, Fp8DescaleShape) {
+  Fp8Problem p;
+  Fp8Descale s = p.S();
+  s.q = Tensor(p.dq.data(), DType::f32, {p.hkv, p.b - 1});
+  expect_error([&] { p.call(s); }, ErrorCode::invalid_argument, "descale.q", p);
+  const std::string msg = message_of([&] { p.call(s); });
+  EXPECT_NE(msg.find("expected fp32 of shape (batch=2, heads_kv=2)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(2, 1)"), std::string::npos) << msg;
+}
+
+TEST(Validation, Fp8DescaleRank) {
+  Fp8Problem p;
+  Fp8Descale s = p.S();
+  s.k = Tensor(p.dk.data(), DType::f32, {p.b * p.hkv});
+  expect_error([&] { p.call(s); }, ErrorCode::invalid_argument, "descale.k", p);
+}
+
+TEST(Validation, Fp8DescaleDtype) {
+  Fp8Problem p;
+  Fp8Descale s = p.S();
+  s.v.dtype = DType::f16;
+  expect_error([&] { p.call(s); }, ErrorCode::invalid_argument, "descale.v", p);
+}
+
+TEST(Validation, Fp8DescaleNullData) {
+  Fp8Problem p;
+  Fp8Descale s = p.S();
+  s.q = Tensor(nullptr, DType::f32, {p.b, p.hkv});  // not absent: a shape without data
+  expect_error([&] { p.call(s); }, ErrorCode::invalid_argument, "descale.q", p);
+}
+
+TEST(Validation, Fp8DescaleDevice) {
+  Fp8Problem p;
+  Fp8Descale s = p.S();
+  s.k.device = Device::cuda(0);
+  expect_error([&] { p.call(s); }, ErrorCode::invalid_argument, "descale.k", p);
+}
+
+TEST(Validation, Fp8DescaleNegativeStride) {
+  Fp8Problem p;
+  Fp8Descale s = p.S();
+  s.v = Tensor(p.dv.data() + 2, DType::f32, {p.b, p.hkv}, {-2, 1});
+  expect_error([&] { p.call(s); }, ErrorCode::invalid_argument, "descale.v", p);
+}
+
+TEST(Validation, Fp8DescaleFinite) {
+  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    Fp8Problem p;
+    p.dk[2] = bad;  // (sequence 1, kv head 0)
+    expect_error([&] { p.call(p.S()); }, ErrorCode::invalid_argument, "descale.k[1, 0]", p);
+  }
+}
+
+// The usual rules hold for the fp8 entry too (one example: the LSE's shape).
+TEST(Validation, Fp8LseShape) {
+  Fp8Problem p;
+  const Tensor l(p.lse.data(), DType::f32, {p.b, p.sq, p.hq});
+  expect_error([&] { attention_forward_fp8(p.Q(), p.K(), p.V(), p.S(), p.O(), l, p.opt); },
+               ErrorCode::invalid_argument, "lse", p);
+}
+
+// Ragged: the descales' batch is the number of sequences of cu_seqlens.
+struct Fp8Ragged : Fp8Problem {
+  std::vector<std::int32_t> cuq{0, 3, 5, 10}, cuk{0, 4, 4, 7};
+  std::vector<float> ds3;
+  Fp8Ragged() { ds3.assign(3 * hkv, 0.5f); }
+  Tensor Qr() { return Tensor(q.data(), DType::e4m3, {10, hq, d}); }
+  Tensor Kr() { return Tensor(k.data(), DType::e4m3, {7, hkv, d}); }
+  Tensor Vr() { return Tensor(v.data(), DType::e4m3, {7, hkv, d}); }
+  Tensor Or() { return Tensor(out.data(), DType::bf16, {10, hq, d}); }
+  Tensor Lr() { return Tensor(lse.data(), DType::f32, {hq, 10}); }
+  Tensor CQ() { return Tensor(cuq.data(), DType::i32, {static_cast<std::int64_t>(cuq.size())}); }
+  Tensor CK() { return Tensor(cuk.data(), DType::i32, {static_cast<std::int64_t>(cuk.size())}); }
+  Tensor D3() { return Tensor(ds3.data(), DType::f32, {3, hkv}); }
+  void call(const Fp8Descale& s) { attention_forward_fp8_ragged(Qr(), Kr(), Vr(), CQ(), CK(), s, Or(), Lr(), opt); }
+};
+
+TEST(Validation, Fp8RaggedValidRuns) {
+  Fp8Ragged r;
+  r.call({r.D3(), r.D3(), r.D3()});
+  EXPECT_FALSE(r.outputs_untouched());
+}
+
+TEST(Validation, Fp8RaggedDescaleBatch) {
+  Fp8Ragged r;
+  const Tensor two(r.ds3.data(), DType::f32, {2, r.hkv});  // the dense problem's batch, not 3 sequences
+  expect_error([&] { r.call({r.D3(), two, r.D3()}); }, ErrorCode::invalid_argument, "descale.k", r);
+}
+
+TEST(Validation, Fp8RaggedNeedsCuSeqlens) {
+  Fp8Ragged r;
+  expect_error([&] {
+    attention_forward_fp8_ragged(r.Qr(), r.Kr(), r.Vr(), Tensor{}, r.CK(), {}, r.Or(), r.Lr(), r.opt);
+  }, ErrorCode::invalid_argument, "cu_seqlens_q", r);
 }
 
 #if !defined(TESSERA_WITH_CUDA)
