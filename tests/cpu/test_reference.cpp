@@ -120,6 +120,60 @@ TEST(Reference, EmptyKvAndMaskedRows) {
   for (double x : g.dq) EXPECT_EQ(x, 0.0);
 }
 
+// FP8: the oracle reads the stored e4m3 values and multiplies them by their descales.
+// q = 2 * e0, keys 0 and (ln 3 / 2) * e0, so s = (0, ln 3) and P = (1/4, 3/4); v = (1, 4) * 0.5.
+TEST(Reference, Fp8DescalesByHand) {
+  auto rng = fresh_rng();
+  CaseSpec s = spec(1, 2);
+  s.dtype = DType::e4m3;
+  AttentionCase c(s, rng);
+  set_row(c.q, 0, 0, 1, 1.0f);
+  set_row(c.k, 0, 0, 1, 0.0f);
+  set_row(c.k, 1, 0, 1, 1.0f);
+  set_row(c.v, 0, 0, 1, 1.0f, 1.0f);
+  set_row(c.v, 1, 0, 1, 4.0f, 4.0f);
+  const float dk = std::log(3.0f) / 2.0f;
+  c.descale_q.set(0, 2.0f);
+  c.descale_k.set(0, dk);
+  c.descale_v.set(0, 0.5f);
+  const auto r = cpu::reference::forward(c.forward_params());
+  const double s1 = 2.0 * static_cast<double>(dk);  // ln 3 up to dk's fp32 rounding
+  const double p1 = std::exp(s1) / (1.0 + std::exp(s1));
+  for (int d = 0; d < kD; ++d) EXPECT_NEAR(r.o[d], 0.5 * ((1 - p1) * 1 + p1 * 4), 1e-12);
+  EXPECT_NEAR(r.o[0], 1.625, 1e-6);
+  EXPECT_NEAR(r.lse[0], std::log(1.0 + std::exp(s1)), 1e-12);
+}
+
+// Factors are per (sequence, kv head); query head h uses kv head h / group's q factor too.
+TEST(Reference, Fp8DescalePerSequenceAndKvHead) {
+  auto rng = fresh_rng();
+  CaseSpec s = spec(1, 2, 4, 2);
+  s.dtype = DType::e4m3;
+  s.batch = 2;
+  AttentionCase c(s, rng);
+  c.q.fill(0.0f);
+  c.k.fill(0.0f);
+  c.v.fill(1.0f);
+  for (int b = 0; b < 2; ++b) {
+    for (int h = 0; h < 4; ++h) c.q.set((b * 4 + h) * kD, 1.0f);  // q = e0 on every head
+    for (int g = 0; g < 2; ++g) {
+      c.k.set(((b * 2 + 1) * 2 + g) * kD, 1.0f);  // key 1 = e0, key 0 = 0
+      c.descale_q.set(b * 2 + g, 0.5f + b + 0.25f * g);
+      c.descale_k.set(b * 2 + g, 1.0f);
+      c.descale_v.set(b * 2 + g, 3.0f + 2 * b + g);
+    }
+  }
+  const auto r = cpu::reference::forward(c.forward_params());
+  const std::int64_t total_q = 2;
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 4; ++h) {
+      const int g = h / 2;
+      const double s1 = 0.5 + b + 0.25 * g;  // s = (0, dq) with k descale 1
+      EXPECT_NEAR(r.lse[static_cast<std::size_t>(h * total_q + b)], std::log(1.0 + std::exp(s1)), 1e-12) << b << "," << h;
+      EXPECT_NEAR(r.o[static_cast<std::size_t>((b * 4 + h) * kD + 3)], 3.0 + 2 * b + g, 1e-12) << b << "," << h;  // v = dv
+    }
+}
+
 // A ragged batch is the same as each sequence run on its own.
 TEST(Reference, RaggedEqualsDensePerSequence) {
   auto rng = fresh_rng();
