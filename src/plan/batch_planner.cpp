@@ -31,15 +31,21 @@ struct SplitCount {
   std::int64_t partial_rows = 0;
 };
 
-// Over tiles[0, n) of num_tiles tiles (the others are known to stay whole).
-SplitCount count_splits(const PlanScratch::Tile* tiles, int n, int num_tiles, std::int64_t chunk) {
+// Over tiles[0, n) of num_tiles tiles (the others are known to stay whole). With
+// longest_first (tiles sorted by KV length, longest first) it stops at the first tile that
+// fits in one chunk: the chunk searches probe up to ~100 sizes and mostly split few tiles.
+SplitCount count_splits(const PlanScratch::Tile* tiles, int n, int num_tiles, std::int64_t chunk,
+                        bool longest_first = false) {
   SplitCount c;
   c.chunks = num_tiles;
   if (chunk <= 0) return c;
   for (int t = 0; t < n; ++t) {
     const auto& tile = tiles[t];
     const std::int64_t len = tile.kv_end - tile.kv_begin;
-    if (len <= chunk) continue;  // one chunk: direct
+    if (len <= chunk) {  // one chunk: direct
+      if (longest_first) break;
+      continue;
+    }
     const std::int64_t k = ceil_div(len, chunk);
     c.chunks += k - 1;
     c.slots += k;
@@ -345,22 +351,25 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
       if (base_items >= slots || max_len <= unit) break;
       // Items and partial rows only fall as the chunk grows (chunk = k * unit), so each bound
       // below is a binary search over k. Chunks are >= unit, so only tiles longer than a unit
-      // can split: search over those.
+      // can split: search over those, longest first (each count stops at the first tile that
+      // stays whole; the sums do not depend on the order).
       auto& longs = scratch.long_tiles;
       longs.clear();
       for (int t = 0; t < num_tiles; ++t) {
         const auto& tile = scratch.tiles[static_cast<std::size_t>(t)];
         if (tile.kv_end - tile.kv_begin > unit) longs.push_back(tile);
       }
+      std::sort(longs.begin(), longs.end(), [](const PlanScratch::Tile& a, const PlanScratch::Tile& b) {
+        return a.kv_end - a.kv_begin > b.kv_end - b.kv_begin;
+      });
       const int n_long = static_cast<int>(longs.size());
-      auto items_of = [&](std::int64_t k) {
-        return count_splits(longs.data(), n_long, num_tiles, k * unit).chunks * cfg.heads_kv;
-      };
+      auto count = [&](std::int64_t k) { return count_splits(longs.data(), n_long, num_tiles, k * unit, true); };
+      auto items_of = [&](std::int64_t k) { return count(k).chunks * cfg.heads_kv; };
       const std::int64_t k_max = ceil_div(max_len, unit);
       std::int64_t lo = 1, hi = k_max;  // smallest feasible k; k_max is feasible (no split)
       while (lo < hi) {
         const std::int64_t mid = (lo + hi) / 2;
-        if (fits(count_splits(longs.data(), n_long, num_tiles, mid * unit), layout)) hi = mid; else lo = mid + 1;
+        if (fits(count(mid), layout)) hi = mid; else lo = mid + 1;
       }
       const std::int64_t k_feasible = lo;
       lo = 1, hi = k_max;  // largest k with items >= slots (1 when none reaches it)
