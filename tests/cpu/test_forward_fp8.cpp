@@ -128,6 +128,40 @@ TEST(Fp8Forward, AbsentAndBroadcastDescales) {
   EXPECT_NE(absent, broadcast);
 }
 
+// The fp8 forward is the fp32 forward of the dequantised inputs, up to the bf16 output rounding:
+// element by element within one bf16 rounding (plus fp32 noise), LSE within fp32 noise.
+TEST(Fp8Forward, EqualsFp32ForwardOfDequantisedInputs) {
+  auto rng = fresh_rng();
+  const int B = 2, sq = 37, sk = 80, hq = 6, hk = 2, D = 64;
+  const AttentionOptions o = opts(true, 50, -1, 4.0f);
+  AttentionCase c(dense_fp8(B, sq, sk, hq, hk, D, o, 8), rng);
+  AttentionCase f(dense(DType::f32, B, sq, sk, hq, hk, D, o), rng);
+  const auto dequantise = [&](const HostTensor& from, const HostTensor& descale, HostTensor& to, int seq, int heads) {
+    for (std::int64_t i = 0; i < from.numel(); ++i) {
+      const std::int64_t b = i / (static_cast<std::int64_t>(seq) * heads * D);
+      const std::int64_t g = (i / D) % heads / (heads / hk);
+      to.set(i, from.get(i) * descale.get(b * hk + g));
+    }
+  };
+  dequantise(c.q, c.descale_q, f.q, sq, hq);
+  dequantise(c.k, c.descale_k, f.k, sk, hk);
+  dequantise(c.v, c.descale_v, f.v, sk, hk);
+  c.forward();
+  f.forward();
+  const auto a = c.out_packed(), b = f.out_packed();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_LE(std::fabs(a[i] - b[i]), std::ldexp(std::fabs(b[i]), -7) + 1e-6) << "element " << i;
+  const auto la = c.lse_packed(), lb = f.lse_packed();
+  for (std::size_t i = 0; i < la.size(); ++i) {
+    if (std::isinf(lb[i])) {
+      ASSERT_EQ(la[i], lb[i]) << "row " << i;
+      continue;
+    }
+    ASSERT_LE(std::fabs(la[i] - lb[i]), 1e-5 * std::max(1.0, std::fabs(lb[i]))) << "row " << i;
+  }
+}
+
 // Thread count does not change the fp8 result either.
 TEST(Fp8Forward, IndependentOfThreadCount) {
   auto rng = fresh_rng();
