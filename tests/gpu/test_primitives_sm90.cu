@@ -8,6 +8,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -489,6 +490,101 @@ void check_wgmma_rs_mn() {
 TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs_mn<__nv_bfloat16, 64>(); }
 TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs_mn<__half, 128>(); }
 TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs_mn<__nv_bfloat16, 256>(); }
+
+// ---------------------------------------------------------------------------------------------
+// FP8 (e4m3) wgmma, k32: A (64 x 128) and B (N x 128), both K-major in one 128-byte swizzled
+// panel each (byte (r, k) at r * 128 + ((k / 16) ^ (r % 8)) * 16 + k % 16), four k32 steps
+// 32 bytes apart. Values are small integers and halves, exact in e4m3 and in every fp32 sum.
+
+struct Fp8GemmCase {
+  int n;
+  std::vector<float> a, b, c;  // a: 64 x 128, b: n x 128 (row-major), c = a b^T: 64 x n
+  explicit Fp8GemmCase(int n_) : n(n_), a(64 * 128), b(n_ * 128), c(64 * n_) {
+    for (int m = 0; m < 64; ++m)
+      for (int k = 0; k < 128; ++k) a[m * 128 + k] = a_value(m, k);
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < 128; ++k) b[j * 128 + k] = b_value(j, k);
+    for (int m = 0; m < 64; ++m)
+      for (int j = 0; j < n; ++j) {
+        float acc = 0.0f;
+        for (int k = 0; k < 128; ++k) acc += a[m * 128 + k] * b[j * 128 + k];
+        c[m * n + j] = acc;
+      }
+  }
+  void check(const std::vector<float>& got, const char* what) const {
+    int bad = 0;
+    for (int i = 0; i < 64 * n; ++i)
+      if (got[i] != c[i] && ++bad <= 10)
+        ADD_FAILURE() << what << " row " << i / n << " col " << i % n << ": got " << got[i] << ", want " << c[i];
+    EXPECT_EQ(bad, 0) << what;
+  }
+};
+
+__device__ __forceinline__ int swz128_bytes(int r, int k) { return r * 128 + (((k / 16) ^ (r % 8)) * 16) + k % 16; }
+
+__device__ __forceinline__ unsigned char to_e4m3(float x) {
+  return static_cast<unsigned char>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// kRegA: A from registers (documented k32 fragment), else from shared memory.
+template <int N, bool kRegA>
+__global__ void wgmma_e4m3_kernel(const float* a, const float* bsrc, float* c) {
+  unsigned char* b_tile = smem_1024();
+  unsigned char* a_tile = b_tile + N * 128;
+  for (int i = threadIdx.x; i < N * 128; i += blockDim.x) b_tile[swz128_bytes(i / 128, i % 128)] = to_e4m3(bsrc[i]);
+  for (int i = threadIdx.x; i < 64 * 128; i += blockDim.x) a_tile[swz128_bytes(i / 128, i % 128)] = to_e4m3(a[i]);
+  sm90::fence_proxy_async_shared_cta();
+  __syncthreads();
+  const int t = threadIdx.x, w = t / 32, g = (t % 32) / 4, q = t % 4;
+  auto pack = [&](int r, int k0) {
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(to_e4m3(a[r * 128 + k0 + i])) << (8 * i);
+    return v;
+  };
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = -7.0f;  // ignored (first step does not accumulate)
+  std::uint32_t af[4][4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int r = 16 * w + g, k0 = 32 * k + 4 * q;
+    af[k][0] = pack(r, k0);
+    af[k][1] = pack(r + 8, k0);
+    af[k][2] = pack(r, k0 + 16);
+    af[k][3] = pack(r + 8, k0 + 16);
+  }
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const std::uint64_t db = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(b_tile) + 32 * k);
+    if constexpr (kRegA) {
+      sm90::wgmma_rs_e4m3<N>(d, af[k], db, k > 0);
+    } else {
+      const std::uint64_t da = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(a_tile) + 32 * k);
+      sm90::wgmma_ss_e4m3<N>(d, da, db, k > 0);
+    }
+  }
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::wgmma_fence_operand(d);
+  store_accumulators<N>(d, c, t, 0);
+}
+
+template <int N, bool kRegA>
+void check_wgmma_e4m3() {
+  const Fp8GemmCase g(N);
+  DeviceBuffer<float> da(g.a), db(g.b), dc(64 * N);
+  const int smem = N * 128 + 64 * 128 + 1024;
+  auto* kernel = &wgmma_e4m3_kernel<N, kRegA>;
+  TESSERA_TEST_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<1, 128, smem>>>(da.get(), db.get(), dc.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  g.check(dc.read(), kRegA ? "e4m3 rs" : "e4m3 ss");
+}
+
+TEST(PrimitivesSm90, WgmmaSsE4m3M64N128K32) { TESSERA_REQUIRE_SM90(); check_wgmma_e4m3<128, false>(); }
+TEST(PrimitivesSm90, WgmmaRsE4m3M64N128K32) { TESSERA_REQUIRE_SM90(); check_wgmma_e4m3<128, true>(); }
+TEST(PrimitivesSm90, WgmmaRsE4m3M64N256K32) { TESSERA_REQUIRE_SM90(); check_wgmma_e4m3<256, true>(); }
 
 // ---------------------------------------------------------------------------------------------
 // Warp specialisation with setmaxnreg: 384 threads, entry cap from __launch_bounds__(384, 1).

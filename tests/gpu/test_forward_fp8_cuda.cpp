@@ -1,0 +1,165 @@
+// The FP8 (e4m3) forward on CUDA (sm90 kernels; compute capability 9.0, head_dim 128 or 256)
+// against the fp64 oracle on the stored fp8 values times their descales, under the rule
+//   max |kernel - oracle| <= 2 * max |naive_fp8 - oracle| + rounding_floor(bf16, max |oracle|)
+// with naive_fp8 (tests/support) the baseline of an fp8 kernel: S in fp32, P scaled by 256 and
+// rounded to e4m3, P.V in fp32 on the fp8 V, bf16 out. Max error and RMSE are printed. Inputs
+// sit in NaN margins, outputs are poisoned and must be fully written. Elsewhere (other devices,
+// head_dim 64) the call must fail with a clear error and write nothing.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cpu/reference.h"
+#include "gpu/gpu_support.h"
+#include "support/test_support.h"
+#include "tessera/attention.h"
+#include "tessera/error.h"
+
+namespace tessera::testing {
+namespace {
+
+struct GpuFp8Case {
+  AttentionCase host;
+  DeviceTensor q, k, v, out, lse, cu_q, cu_k, dq, dk, dv;
+
+  GpuFp8Case(const CaseSpec& spec, std::mt19937_64& rng)
+      : host(spec, rng), q(host.q), k(host.k), v(host.v), out(host.out), lse(host.lse) {
+    if (spec.ragged()) {
+      cu_q = DeviceTensor(host.cu_q);
+      cu_k = DeviceTensor(host.cu_k);
+    }
+    if (host.descale_q.numel() > 0) dq = DeviceTensor(host.descale_q);
+    if (host.descale_k.numel() > 0) dk = DeviceTensor(host.descale_k);
+    if (host.descale_v.numel() > 0) dv = DeviceTensor(host.descale_v);
+  }
+
+  void run() {
+    out.poison(host.out);
+    lse.poison(host.lse);
+    Fp8Descale d;
+    if (host.descale_q.numel() > 0) d.q = dq.view();
+    if (host.descale_k.numel() > 0) d.k = dk.view();
+    if (host.descale_v.numel() > 0) d.v = dv.view();
+    if (host.spec.ragged())
+      attention_forward_fp8_ragged(q.view(), k.view(), v.view(), cu_q.view(), cu_k.view(), d, out.view(), lse.view(),
+                                   host.options());
+    else
+      attention_forward_fp8(q.view(), k.view(), v.view(), d, out.view(), lse.view(), host.options());
+    TESSERA_TEST_CUDA(cudaDeviceSynchronize());
+    out.download(host.out);
+    lse.download(host.lse);
+  }
+};
+
+bool fp8_kernels_here() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+CaseSpec without(CaseSpec s, bool q, bool k, bool v) {
+  s.descale_q = !q && s.descale_q;
+  s.descale_k = !k && s.descale_k;
+  s.descale_v = !v && s.descale_v;
+  return s;
+}
+
+std::vector<CaseSpec> grid() {
+  return {
+      dense_fp8(2, 113, 300, 4, 2, 128, opts(false)),
+      dense_fp8(1, 17, 1023, 8, 1, 128, opts(true)),               // seq_q < seq_k, GQA 8, causal
+      dense_fp8(2, 113, 17, 2, 2, 256, opts(true), 16),            // seq_q > seq_k: top rows masked; padded
+      dense_fp8(1, 1023, 1023, 2, 2, 128, opts(false, 128, 16)),   // sliding window
+      dense_fp8(3, 1, 1, 4, 1, 128, opts(false, -1, -1, 3.0f)),    // seq 1, softcap
+      dense_fp8(1, 1, 113, 8, 8, 256, opts(true, -1, -1, 2.0f), 16),  // decode row, softcap + causal
+      dense_fp8(1, 1023, 1023, 4, 1, 128, opts(true)),             // many causal tiles
+      dense_fp8(1, 300, 700, 2, 1, 256, opts(false)),
+      ragged_fp8({17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 128, opts(true), 16),  // empty seq, empty KV
+      ragged_fp8({113, 1, 17}, {1023, 17, 17}, 8, 1, 128, opts(false, 64, 0, 5.0f)),
+      ragged_fp8({33, 0, 200}, {65, 0, 129}, 4, 4, 256, opts(true)),
+      without(dense_fp8(2, 17, 113, 4, 2, 128, opts(false)), true, true, true),  // no descales: all 1
+      without(ragged_fp8({1, 17, 113}, {113, 17, 1}, 2, 1, 256, opts(false)), true, false, true),  // only k
+  };
+}
+
+class CudaFp8Grid : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(CudaFp8Grid, MatchesOracleWithinRule) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  const CaseSpec spec = GetParam();
+  SCOPED_TRACE(spec.name());
+  auto rng = fresh_rng();
+  GpuFp8Case g(spec, rng);
+  g.run();
+  EXPECT_EQ(g.host.out.count_nan(), 0);
+  EXPECT_EQ(g.host.lse.count_nan(), 0);
+  EXPECT_TRUE(g.host.out.margins_intact());
+  EXPECT_TRUE(g.host.lse.margins_intact());
+
+  const AttentionParams p = g.host.forward_params();
+  const auto oracle = cpu::reference::forward(p);
+  std::vector<double> naive_lse;
+  const auto naive = naive_fp8_forward(p, &naive_lse);
+  const ErrorStats got = error_stats(g.host.out_packed(), oracle.o);
+  const ErrorStats base = error_stats(naive, oracle.o);
+  const double tol_o = tolerance(naive, oracle.o, p.out_dtype());
+  std::printf("[ fp8 cuda ] %s: out max %.3g rmse %.3g | naive fp8 max %.3g rmse %.3g | bound %.3g (max|o| %.3g)\n",
+              spec.name().c_str(), got.max_abs, got.rmse, base.max_abs, base.rmse, tol_o, max_abs(oracle.o));
+  EXPECT_LE(got.max_abs, tol_o) << "naive error " << base.max_abs;
+  const double tol_l = tolerance(naive_lse, oracle.lse, DType::f32);
+  const ErrorStats lse = error_stats(g.host.lse_packed(), oracle.lse);
+  std::printf("[ fp8 cuda ]   lse max %.3g rmse %.3g | bound %.3g\n", lse.max_abs, lse.rmse, tol_l);
+  EXPECT_LE(lse.max_abs, tol_l) << "naive error " << max_abs_error(naive_lse, oracle.lse);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaFp8Grid, ::testing::ValuesIn(grid()),
+                         [](const ::testing::TestParamInfo<CaseSpec>& info) { return "case" + std::to_string(info.index); });
+
+// Long rows: 8k keys, both head dims (the oracle on a few row blocks is too slow here, so the
+// whole output is checked against the naive fp8 baseline's bound on a small head count).
+TEST(CudaFp8, LongSequenceWithinRule) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  auto rng = fresh_rng();
+  for (const CaseSpec& spec : {dense_fp8(1, 256, 8192, 1, 1, 128, opts(false)), dense_fp8(1, 256, 4096, 1, 1, 256, opts(true))}) {
+    SCOPED_TRACE(spec.name());
+    GpuFp8Case g(spec, rng);
+    g.run();
+    EXPECT_EQ(g.host.out.count_nan(), 0);
+    const AttentionParams p = g.host.forward_params();
+    const auto oracle = cpu::reference::forward(p);
+    const auto naive = naive_fp8_forward(p);
+    const ErrorStats got = error_stats(g.host.out_packed(), oracle.o);
+    std::printf("[ fp8 cuda ] %s: out max %.3g rmse %.3g | bound %.3g\n", spec.name().c_str(), got.max_abs, got.rmse,
+                tolerance(naive, oracle.o, DType::bf16));
+    EXPECT_LE(got.max_abs, tolerance(naive, oracle.o, DType::bf16));
+  }
+}
+
+// Where the fp8 kernels do not apply: a clear tessera::Error, nothing written.
+TEST(CudaFp8, UnsupportedHeadDimSaysWhatIsSupported) {
+  auto rng = fresh_rng();
+  GpuFp8Case g(dense_fp8(1, 17, 17, 2, 1, 64, opts(false)), rng);
+  try {
+    g.run();
+    ADD_FAILURE() << "expected tessera::Error(unsupported)";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fp8"), std::string::npos) << e.what();
+  }
+  HostTensor out = g.host.out;
+  g.out.download(out);
+  EXPECT_EQ(out.count_nan(), out.numel());
+  EXPECT_TRUE(out.margins_intact());
+}
+
+}  // namespace
+}  // namespace tessera::testing
