@@ -174,6 +174,57 @@ void run_dense(const Context& ctx, const Emit& emit, bool backward) {
   }
 }
 
+// FP8 (e4m3) forward, bf16 out, same token count and width as run_dense; descales present
+// (one per (sequence, kv head), all 1.0: the kernel reads and applies them either way).
+void run_dense_fp8(const Context& ctx, const Emit& emit) {
+  const std::vector<int> dims = ctx.quick ? std::vector<int>{128} : std::vector<int>{128, 256};
+  const std::vector<int> seqs = {1024, 4096, 16384};
+  const std::size_t elems = DenseBuffers::kTokens * DenseBuffers::kWidth;
+  DeviceBuffer q(ctx.device, elems), k(ctx.device, elems), v(ctx.device, elems), o(ctx.device, elems * 2);
+  fill_random(q, DType::e4m3, 11);
+  fill_random(k, DType::e4m3, 12);
+  fill_random(v, DType::e4m3, 13);
+  const std::vector<float> ones(DenseBuffers::kTokens * 8, 1.0f);  // up to (batch 16) x (heads 64)
+  DeviceBuffer scales(ctx.device, ones.size() * sizeof(float));
+  scales.upload(ones.data(), ones.size() * sizeof(float));
+  const DType dt = DType::e4m3;
+  for (int d : dims) {
+    for (int s : seqs) {
+      const int h = static_cast<int>(DenseBuffers::kWidth / d);
+      const int b = static_cast<int>(DenseBuffers::kTokens / s);
+      const Device dev = ctx.device;
+      const Tensor tq(q.data(), dt, {b, s, h, d}, dev), tk(k.data(), dt, {b, s, h, d}, dev),
+          tv(v.data(), dt, {b, s, h, d}, dev), to(o.data(), DType::bf16, {b, s, h, d}, dev);
+      const Tensor ds(scales.data(), DType::f32, {b, h}, dev);
+      const Fp8Descale descale{ds, ds, ds};
+      for (bool causal : {false, true}) {
+        AttentionOptions opt;
+        opt.causal = causal;
+        Row r;
+        r.name = std::string("forward fp8_e4m3") + (causal ? " causal" : "");
+        r.shape = "b" + std::to_string(b) + " h" + std::to_string(h) + " s" + std::to_string(s) + " d" + std::to_string(d);
+        r.kind = "forward";
+        r.dtype = dt;
+        r.head_dim = d;
+        r.seq = s;
+        r.batch = b;
+        r.heads = h;
+        r.causal = causal;
+        try {
+          const double ms =
+              cuda_median_ms([&] { attention_forward_fp8(tq, tk, tv, descale, to, Tensor(), opt); }, ctx.min_time);
+          r.flops = forward_flops(b, h, s, s, d, causal);
+          r.seconds = ms * 1e-3;
+        } catch (const std::exception& e) {
+          r.note = std::string("not run: ") + e.what();
+          r.flops = 0;
+        }
+        emit(r);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Paged batches through BatchAttention (run() timed; plan() once before).
 // GQA 32/8, head dim 128, page size 16, bf16; K, V and q filled with random values.
@@ -520,6 +571,9 @@ void run_plan_time(const Context& ctx, const Emit& emit) {
 TESSERA_BENCH_CEILINGS(cuda, {DeviceKind::cuda, measure_cuda_ceilings});
 TESSERA_BENCH_SUITE(cuda_forward, {"cuda.forward", DeviceKind::cuda, "dense forward bf16, d 64/128/256, seq 1k/4k/16k, 16k tokens, causal and not",
                                    [](const Context& c, const Emit& e) { run_dense(c, e, false); }});
+TESSERA_BENCH_SUITE(cuda_forward_fp8, {"cuda.forward_fp8", DeviceKind::cuda,
+                                       "dense forward fp8_e4m3 (bf16 out), d 128/256, seq 1k/4k/16k, 16k tokens, causal and not",
+                                       run_dense_fp8});
 TESSERA_BENCH_SUITE(cuda_backward, {"cuda.backward", DeviceKind::cuda, "dense backward bf16, same shapes as cuda.forward",
                                     [](const Context& c, const Emit& e) { run_dense(c, e, true); }});
 TESSERA_BENCH_SUITE(cuda_decode, {"cuda.decode", DeviceKind::cuda, "paged decode, GQA 32/8, d128: 1x128k .. 256x2k (bytes of K+V per second)", run_decode});
