@@ -5,14 +5,25 @@
 // rounded to e4m3, P.V in fp32 on the fp8 V, bf16 out. Max error and RMSE are printed. Inputs
 // sit in NaN margins, outputs are poisoned and must be fully written. Elsewhere (other devices,
 // head_dim 64) the call must fail with a clear error and write nothing.
+//
+// The LSE has one more floor than the rule's fp32 one. Hopper's fp8 tensor cores do not
+// accumulate q.k in full fp32: partial sums keep about 14 mantissa bits (measured here: a
+// single-key row, whose LSE is its one score, is off by ~2^-14 relative; DeepSeek-V3's report
+// gives the same figure for H800 fp8 GEMMs). An fp32 baseline cannot show that, so the LSE
+// bound adds 2^-12 x (an upper bound of |S|: scale x max |q * dq| x max |k * dk| by
+// Cauchy-Schwarz). O is unaffected in practice (P is rounded to e4m3, 2^-4 relative) and keeps
+// the plain rule.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cpu/reference.h"
+#include "math/dtype_convert.h"
 #include "gpu/gpu_support.h"
 #include "support/test_support.h"
 #include "tessera/attention.h"
@@ -53,6 +64,34 @@ struct GpuFp8Case {
     lse.download(host.lse);
   }
 };
+
+// max over rows of |x * descale| (Euclidean norm of a head_dim vector) for q or k of p.
+double max_row_norm(const AttentionParams& p, bool is_q) {
+  const StridedPtr& t = is_q ? p.q : p.k;
+  const DescalePtr& ds = is_q ? p.q_descale : p.k_descale;
+  const int heads = is_q ? p.heads_q : p.heads_kv;
+  double best = 0.0;
+  for (int b = 0; b < p.batch; ++b) {
+    const int len = is_q ? p.q_len(b) : p.k_len(b);
+    const std::int64_t start = is_q ? p.q_start(b) : p.k_start(b);
+    for (int r = 0; r < len; ++r)
+      for (int h = 0; h < heads; ++h) {
+        const float f = ds.at(b, is_q ? h / p.group() : h);
+        double n2 = 0.0;
+        for (int d = 0; d < p.head_dim; ++d) {
+          const double x = math::load_as_float(t.ptr, t.offset(b, start + r, h) + d, DType::e4m3) * f;
+          n2 += x * x;
+        }
+        best = std::max(best, std::sqrt(n2));
+      }
+  }
+  return best;
+}
+
+// The LSE floor for Hopper's fp8 accumulation (see the top of the file).
+double fp8_accumulation_floor(const AttentionParams& p) {
+  return std::ldexp(p.mask.scale * max_row_norm(p, true) * max_row_norm(p, false), -12);
+}
 
 bool fp8_kernels_here() {
   int dev = 0, major = 0, minor = 0;
@@ -115,9 +154,10 @@ TEST_P(CudaFp8Grid, MatchesOracleWithinRule) {
   std::printf("[ fp8 cuda ] %s: out max %.3g rmse %.3g | naive fp8 max %.3g rmse %.3g | bound %.3g (max|o| %.3g)\n",
               spec.name().c_str(), got.max_abs, got.rmse, base.max_abs, base.rmse, tol_o, max_abs(oracle.o));
   EXPECT_LE(got.max_abs, tol_o) << "naive error " << base.max_abs;
-  const double tol_l = tolerance(naive_lse, oracle.lse, DType::f32);
+  const double tol_l = tolerance(naive_lse, oracle.lse, DType::f32) + fp8_accumulation_floor(p);
   const ErrorStats lse = error_stats(g.host.lse_packed(), oracle.lse);
-  std::printf("[ fp8 cuda ]   lse max %.3g rmse %.3g | bound %.3g\n", lse.max_abs, lse.rmse, tol_l);
+  std::printf("[ fp8 cuda ]   lse max %.3g rmse %.3g | bound %.3g (fp8 accumulation floor %.3g)\n", lse.max_abs,
+              lse.rmse, tol_l, fp8_accumulation_floor(p));
   EXPECT_LE(lse.max_abs, tol_l) << "naive error " << max_abs_error(naive_lse, oracle.lse);
 }
 

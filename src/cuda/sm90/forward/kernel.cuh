@@ -89,33 +89,40 @@ __device__ __forceinline__ void pack_weights_e4m3(const float (&s)[kBlockN / 8][
 // V tile (kBlockN keys x head_dim bytes, as TMA wrote it: 128-byte panels of head-dim columns,
 // rows swizzled) -> V^T (head_dim rows of kBlockN logical keys, 128-byte swizzled rows, K-major
 // for wgmma), keys in the order of pack_weights_e4m3's permutation. A unit is 4 logical keys x
-// 4 columns: four 32-bit loads from the 4 key rows, byte permutes, four 32-bit stores.
+// 8 columns: four 8-byte loads (the 4 key rows), two 4 x 4 byte transposes, eight 4-byte
+// stores. Consecutive lanes take consecutive key groups, so a warp's stores fill one V^T row
+// (no bank conflicts) and its loads conflict at most 2-way per half warp. (16-byte loads
+// spilled at the transposing warps' 40 registers.)
 template <typename Tr>
 __device__ __forceinline__ void transpose_v_tile(const unsigned char* v, unsigned char* vt, int thread,
                                                  int threads) {
-  constexpr int kColGroups = Tr::kHeadDim / 4, kKeyGroups = Tr::kBlockN / 4;
-  for (int u = thread; u < kColGroups * kKeyGroups; u += threads) {
-    const int cg = u % kColGroups, kg = u / kColGroups;
-    const int l0 = 4 * kg;                              // first logical key of the unit
-    const int q8 = (l0 % 32) / 4;                       // 0..7
+  constexpr int kKeyGroups = Tr::kBlockN / 4, kColBlocks = Tr::kHeadDim / 8;
+  for (int u = thread; u < kColBlocks * kKeyGroups; u += threads) {
+    const int kg = u % kKeyGroups, cb = u / kKeyGroups;
+    const int l0 = 4 * kg;                                           // first logical key of the unit
+    const int q8 = (l0 % 32) / 4;                                    // 0..7
     const int key0 = 32 * (l0 / 32) + 16 * (q8 / 4) + 2 * (q8 % 4);  // keys key0, +1, +8, +9
-    const int col = 4 * cg;
+    const int col = 8 * cb;
     const unsigned char* panel = v + (col / 128) * Tr::kKVPanelBytes;
-    const int cc = col % 128;
-    std::uint32_t w[4];
+    const int chunk = (col % 128) / 16;
+    uint2 w[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = key0 + (i & 1) + 8 * (i >> 1);
-      w[i] = *reinterpret_cast<const std::uint32_t*>(panel + r * 128 + (((cc / 16) ^ (r % 8)) * 16) + cc % 16);
+      w[i] = *reinterpret_cast<const uint2*>(panel + r * 128 + ((chunk ^ (r % 8)) * 16) + col % 16);
     }
-    const std::uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
-    const std::uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
-    const std::uint32_t t[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                                __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int n = col + j;
-      *reinterpret_cast<std::uint32_t*>(vt + n * 128 + (((l0 / 16) ^ (n % 8)) * 16) + l0 % 16) = t[j];
+    for (int m = 0; m < 2; ++m) {  // columns col + 4m .. col + 4m + 3
+      const std::uint32_t x0 = (&w[0].x)[m], x1 = (&w[1].x)[m], x2 = (&w[2].x)[m], x3 = (&w[3].x)[m];
+      const std::uint32_t lo01 = __byte_perm(x0, x1, 0x5140), hi01 = __byte_perm(x0, x1, 0x7362);
+      const std::uint32_t lo23 = __byte_perm(x2, x3, 0x5140), hi23 = __byte_perm(x2, x3, 0x7362);
+      const std::uint32_t t[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                  __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int n = col + 4 * m + j;
+        *reinterpret_cast<std::uint32_t*>(vt + n * 128 + (((l0 / 16) ^ (n % 8)) * 16) + l0 % 16) = t[j];
+      }
     }
   }
 }
