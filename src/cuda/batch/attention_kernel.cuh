@@ -470,6 +470,11 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   static_assert(Dec::kThreads == Pre::kThreads, "one block size for both paths");
   constexpr int kThreads = Dec::kThreads;
   extern __shared__ __align__(128) unsigned char smem_raw[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Lets the merge kernel (a programmatic dependent) launch now; it waits for this grid's
+  // completion before reading anything.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   // The unit list sits past the data of both layouts (each path uses [0, its kOffUnits)).
   int* units = reinterpret_cast<int*>(smem_raw + units_offset<kHeadDim, kKind>());
   // The host keeps max_items * row_blocks below 2^30, so unit indices are 32-bit.

@@ -61,7 +61,10 @@ inline constexpr int kDecodeMaxRows = 16;
 template <typename T, int kHeadDim, int kKind>
 void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream);
 
-// The merge of split rows (merge_kernel.cu); max_rows = capacity of merge rows.
-void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int num_sms, void* stream);
+// The merge of split rows (merge_kernel.cu); max_rows = capacity of merge rows. programmatic:
+// launch as a programmatic dependent of the kernel before it on the stream (sm_90, whose
+// attention kernels trigger their dependents at their start).
+void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int num_sms, bool programmatic,
+                  void* stream);
 
 }  // namespace tessera::cuda::batch

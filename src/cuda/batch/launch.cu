@@ -126,6 +126,20 @@ int multiprocessor_count(int device) {
   return n;
 }
 
+// Compute capability major of `device` (cached after the first query).
+static int compute_major(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices) {
+    const int n = cached[device].load(std::memory_order_relaxed);
+    if (n > 0) return n;
+  }
+  int n = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrComputeCapabilityMajor, device));
+  if (device >= 0 && device < kMaxDevices) cached[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
 bool batch_attention_supported(const BatchRunParams& p, std::string* why) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16)
     return fail(why, std::string("dtype: expected f16 or bf16 on CUDA, got ") + dtype_name(p.dtype));
@@ -213,7 +227,8 @@ void batch_attention_run(const BatchRunParams& p) {
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
-  batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, num_sms, p.stream);
+  batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, num_sms,
+                      compute_major(p.device.index) >= 9, p.stream);
 }
 
 }  // namespace tessera::cuda

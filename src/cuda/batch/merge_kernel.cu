@@ -5,6 +5,9 @@
 //
 // One thread per (merge row, query head, 8 dims): 2 x 16-byte loads per partial (issued 8
 // partials at a time), one 16-byte store; a grid-stride loop over the count read from the plan header (grid from capacity).
+// On sm_90 the merge is launched as a programmatic dependent of the attention kernel: its
+// launch and block scheduling overlap the attention kernel's tail, and griddepcontrol.wait
+// holds every thread until the attention grid has completed and its writes are visible.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,6 +27,9 @@ constexpr int kBatch = 8;  // partials whose loads are in flight together
 
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ BatchArgs a, int head_dim) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // no-op unless launched as a dependent
+#endif
   const int C = head_dim / 8;
   const long long per_row = static_cast<long long>(a.heads_q) * C;
   const long long total = static_cast<long long>(a.header->num_merge_rows) * per_row;
@@ -80,16 +86,35 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 
 }  // namespace
 
-void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int num_sms, void* stream) {
+void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int num_sms, bool programmatic,
+                  void* stream) {
   const long long capacity = static_cast<long long>(max_rows) * args.heads_q * (head_dim / 8);
   if (capacity <= 0) return;
   const long long blocks = std::min<long long>((capacity + kMergeThreads - 1) / kMergeThreads, 8LL * num_sms);
-  const auto s = static_cast<cudaStream_t>(stream);
+  // Only where the code that runs is sm_90 code: the attention kernel's trigger and the
+  // merge's wait exist only there (an sm_80 binary on a Hopper device launches plainly).
+  static const int binary_version = [] {
+    cudaFuncAttributes fa = {};
+    if (cudaFuncGetAttributes(&fa, merge_kernel<__half>) == cudaSuccess) return fa.binaryVersion;
+    (void)cudaGetLastError();  // not fatal here: the launch below reports a real problem
+    return 0;
+  }();
+  programmatic = programmatic && binary_version >= 90;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(kMergeThreads);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
   if (bf16)
-    merge_kernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), kMergeThreads, 0, s>>>(args, head_dim);
+    TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, merge_kernel<__nv_bfloat16>, args, head_dim));
   else
-    merge_kernel<__half><<<static_cast<unsigned>(blocks), kMergeThreads, 0, s>>>(args, head_dim);
-  TESSERA_CUDA_CHECK_LAUNCH();
+    TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, merge_kernel<__half>, args, head_dim));
 }
 
 }  // namespace tessera::cuda::batch
