@@ -18,13 +18,6 @@
 namespace tessera::testing {
 namespace {
 
-CaseSpec without(CaseSpec s, bool q, bool k, bool v) {
-  s.descale_q = !q && s.descale_q;
-  s.descale_k = !k && s.descale_k;
-  s.descale_v = !v && s.descale_v;
-  return s;
-}
-
 std::vector<CaseSpec> grid() {
   return {
       dense_fp8(2, 113, 113, 4, 1, 64, opts(false)),
@@ -38,9 +31,9 @@ std::vector<CaseSpec> grid() {
       ragged_fp8({17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(true), 8),  // empty seq, empty KV
       ragged_fp8({113, 1, 17}, {1023, 17, 17}, 8, 1, 128, opts(false, 64, 0, 5.0f)),
       ragged_fp8({33, 0}, {65, 0}, 4, 4, 256, opts(true), 3),
-      without(dense_fp8(2, 17, 113, 4, 2, 128, opts(false)), true, true, true),  // no descales: all 1
-      without(dense_fp8(2, 113, 113, 4, 2, 64, opts(true)), false, true, false),  // only q and v
-      without(ragged_fp8({1, 17, 113}, {113, 17, 1}, 2, 1, 128, opts(false)), true, false, true),  // only k
+      without_descales(dense_fp8(2, 17, 113, 4, 2, 128, opts(false)), true, true, true),  // no descales: all 1
+      without_descales(dense_fp8(2, 113, 113, 4, 2, 64, opts(true)), false, true, false),  // only q and v
+      without_descales(ragged_fp8({1, 17, 113}, {113, 17, 1}, 2, 1, 128, opts(false)), true, false, true),  // only k
   };
 }
 

@@ -105,13 +105,6 @@ bool fp8_kernels_here() {
 #endif
 }
 
-CaseSpec without(CaseSpec s, bool q, bool k, bool v) {
-  s.descale_q = !q && s.descale_q;
-  s.descale_k = !k && s.descale_k;
-  s.descale_v = !v && s.descale_v;
-  return s;
-}
-
 std::vector<CaseSpec> grid() {
   return {
       dense_fp8(2, 113, 300, 4, 2, 128, opts(false)),
@@ -125,8 +118,8 @@ std::vector<CaseSpec> grid() {
       ragged_fp8({17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 128, opts(true), 16),  // empty seq, empty KV
       ragged_fp8({113, 1, 17}, {1023, 17, 17}, 8, 1, 128, opts(false, 64, 0, 5.0f)),
       ragged_fp8({33, 0, 200}, {65, 0, 129}, 4, 4, 256, opts(true)),
-      without(dense_fp8(2, 17, 113, 4, 2, 128, opts(false)), true, true, true),  // no descales: all 1
-      without(ragged_fp8({1, 17, 113}, {113, 17, 1}, 2, 1, 256, opts(false)), true, false, true),  // only k
+      without_descales(dense_fp8(2, 17, 113, 4, 2, 128, opts(false)), true, true, true),  // no descales: all 1
+      without_descales(ragged_fp8({1, 17, 113}, {113, 17, 1}, 2, 1, 256, opts(false)), true, false, true),  // only k
   };
 }
 

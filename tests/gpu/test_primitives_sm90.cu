@@ -384,6 +384,22 @@ TEST(PrimitivesSm90, WgmmaSsM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<
 TEST(PrimitivesSm90, WgmmaSsM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 128>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 256>(); }
 
+// The four k16 A fragments (documented register layout) of a 64 x 64 row-major float A, for
+// thread t of the warpgroup.
+template <typename T>
+__device__ void load_a_fragments(const float* a, int t, std::uint32_t (&af)[4][4]) {
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  auto A = [&](int r, int k) { return a[r * 64 + k]; };
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int r = 16 * w + g, k0 = 16 * k + 2 * q;
+    af[k][0] = Traits<T>::pack2(A(r, k0), A(r, k0 + 1));
+    af[k][1] = Traits<T>::pack2(A(r + 8, k0), A(r + 8, k0 + 1));
+    af[k][2] = Traits<T>::pack2(A(r, k0 + 8), A(r, k0 + 9));
+    af[k][3] = Traits<T>::pack2(A(r + 8, k0 + 8), A(r + 8, k0 + 9));
+  }
+}
+
 // A from registers (built from global memory by the documented fragment rule), B written into
 // shared memory by ordinary stores at the swizzled positions, then fence.proxy.async.
 template <typename T, int N>
@@ -397,17 +413,9 @@ __global__ void wgmma_rs_kernel(const float* a, const float* bsrc, float* c) {
   }
   sm90::fence_proxy_async_shared_cta();
   __syncthreads();
-  const int t = threadIdx.x, w = t / 32, g = (t % 32) / 4, q = t % 4;
-  auto A = [&](int r, int k) { return a[r * 64 + k]; };
+  const int t = threadIdx.x;
   std::uint32_t af[4][4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int r = 16 * w + g, k0 = 16 * k + 2 * q;
-    af[k][0] = Traits<T>::pack2(A(r, k0), A(r, k0 + 1));
-    af[k][1] = Traits<T>::pack2(A(r + 8, k0), A(r + 8, k0 + 1));
-    af[k][2] = Traits<T>::pack2(A(r, k0 + 8), A(r, k0 + 9));
-    af[k][3] = Traits<T>::pack2(A(r + 8, k0 + 8), A(r + 8, k0 + 9));
-  }
+  load_a_fragments<T>(a, t, af);
   float d[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) d[i] = -7.0f;  // ignored (first step does not accumulate)
@@ -452,17 +460,9 @@ __global__ void wgmma_rs_mn_kernel(const float* a, const float* bsrc, float* c) 
   }
   sm90::fence_proxy_async_shared_cta();
   __syncthreads();
-  const int t = threadIdx.x, w = t / 32, g = (t % 32) / 4, q = t % 4;
-  auto A = [&](int r, int k) { return a[r * 64 + k]; };
+  const int t = threadIdx.x;
   std::uint32_t af[4][4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int r = 16 * w + g, k0 = 16 * k + 2 * q;
-    af[k][0] = Traits<T>::pack2(A(r, k0), A(r, k0 + 1));
-    af[k][1] = Traits<T>::pack2(A(r + 8, k0), A(r + 8, k0 + 1));
-    af[k][2] = Traits<T>::pack2(A(r, k0 + 8), A(r, k0 + 9));
-    af[k][3] = Traits<T>::pack2(A(r + 8, k0 + 8), A(r + 8, k0 + 9));
-  }
+  load_a_fragments<T>(a, t, af);
   float d[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) d[i] = -7.0f;

@@ -816,4 +816,11 @@ CaseSpec ragged_fp8(std::vector<int> ql, std::vector<int> kl, int hq, int hkv, i
   return ragged(DType::e4m3, std::move(ql), std::move(kl), hq, hkv, d, o, pad);
 }
 
+CaseSpec without_descales(CaseSpec s, bool q, bool k, bool v) {
+  s.descale_q = !q && s.descale_q;
+  s.descale_k = !k && s.descale_k;
+  s.descale_v = !v && s.descale_v;
+  return s;
+}
+
 }  // namespace tessera::testing

@@ -160,6 +160,8 @@ CaseSpec ragged(DType dt, std::vector<int> ql, std::vector<int> kl, int hq, int 
 CaseSpec dense_fp8(int batch, int sq, int sk, int hq, int hkv, int d, AttentionOptions o, std::int64_t pad = 0);
 CaseSpec ragged_fp8(std::vector<int> ql, std::vector<int> kl, int hq, int hkv, int d, AttentionOptions o,
                     std::int64_t pad = 0);
+// The same FP8 case with the named descales absent (1.0).
+CaseSpec without_descales(CaseSpec s, bool q, bool k, bool v);
 
 struct AttentionCase {
   AttentionCase(const CaseSpec& spec, std::mt19937_64& rng);

@@ -15,30 +15,12 @@
 #include "cuda/batch/batch_attention.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
+#include "cuda/common/device_scope.h"
 #include "math/online_softmax.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda {
 namespace {
-
-// Makes `device` current for the scope (launches go to the current device).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    TESSERA_CUDA_CHECK(cudaGetDevice(&previous_));
-    switched_ = previous_ != device;
-    if (switched_) TESSERA_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    if (switched_) (void)cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 constexpr const char* kSupport =
     "supported on CUDA: f16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0, 16-byte aligned "

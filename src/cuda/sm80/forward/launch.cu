@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.h"
+#include "cuda/common/device_scope.h"
 #include "cuda/sm80/forward/forward.h"
 #include "cuda/sm80/forward/kernel_traits.cuh"
 #include "math/online_softmax.h"
@@ -13,25 +14,6 @@
 
 namespace tessera::cuda::sm80 {
 namespace {
-
-// Makes `device` current for the scope (launches go to the current device).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    TESSERA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) TESSERA_CUDA_CHECK(cudaSetDevice(device));
-    switched_ = previous_ != device;
-  }
-  ~DeviceScope() {
-    if (switched_) (void)cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 template <typename T>
 void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p) {

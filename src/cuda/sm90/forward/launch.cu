@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.h"
+#include "cuda/common/device_scope.h"
 #include "cuda/primitives/sm90/tensor_map.h"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/forward_sm90.h"
@@ -94,25 +95,6 @@ void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked
   throw Error(ErrorCode::unsupported, "q",
               "sm90 forward: head_dim: expected 64, 128 or 256, got " + std::to_string(p.head_dim));
 }
-
-// Makes `device` current for the scope (launches go to the current device).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    TESSERA_CUDA_CHECK(cudaGetDevice(&previous_));
-    switched_ = previous_ != device;
-    if (switched_) TESSERA_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    if (switched_) (void)cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 }  // namespace
 
