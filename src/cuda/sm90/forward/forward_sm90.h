@@ -9,15 +9,15 @@
 
 namespace tessera::cuda::sm90 {
 
-// True when this path runs `p` on its device: compute capability 9.0, f16/bf16, head_dim 64,
-// 128 or 256, enough opt-in shared memory, and the environment variable TESSERA_CUDA_FORWARD
+// True when this path runs `p` on its device: compute capability 9.0, f16/bf16 with head_dim
+// 64, 128 or 256 or fp8_e4m3 with head_dim 128 or 256, enough opt-in shared memory, and the environment variable TESSERA_CUDA_FORWARD
 // is not "portable" (which forces the sm80 path, for comparisons and tests). `why` (optional)
 // says what excluded it.
 bool forward_applicable(const AttentionParams& p, std::string* why = nullptr);
 
 // Runs the forward for validated params that forward_applicable accepted, on p.stream.
 // Returns false (nothing launched, nothing written) when the driver refuses a tensor map for
-// these strides: the caller then takes the portable path. Throws Error(backend_failure) on a
+// these strides: the caller then takes the portable path (fp8 has none: it must fail). Throws Error(backend_failure) on a
 // CUDA error.
 bool run_forward(const AttentionParams& p);
 

@@ -1,7 +1,8 @@
-// The sm90 forward kernel (FA3 structure): a persistent CTA per SM walks tiles of (query
-// block, query head, sequence); a producer warpgroup feeds Q and K/V tiles by TMA into a ring
-// of shared-memory stages, and two consumer warpgroups that run S = Q K^T and O += P V on wgmma with the online softmax in
-// registers. See kernel_traits.cuh for tiles and layout, forward_args.h for the arguments.
+// The sm90 forward kernel (FA3 structure): a CTA walks tiles of (query block, query head,
+// sequence) (persistent, one per SM, for unmasked problems; one tile each for masked ones); a
+// producer warpgroup feeds Q and K/V tiles by TMA into a ring of shared-memory stages, and two
+// consumer warpgroups run S = Q K^T and O += P V on wgmma with the online softmax in registers.
+// See kernel_traits.cuh for tiles and layout, forward_args.h for the arguments.
 //
 // Consumer loop (intra-warpgroup overlap): while the tensor cores compute S_i = Q K_i^T and
 // O += P_{i-1} V_{i-1}, nothing waits; after S_i lands the softmax turns it into weights, and

@@ -1,20 +1,24 @@
 // Tile shapes and shared-memory layout of the sm90 forward (warp-specialised, TMA + wgmma).
 //
-// A persistent CTA (one per SM) walks its share of the tiles. It has 1 producer warpgroup (one thread issues every TMA copy; the warpgroup gives its
-// registers back with setmaxnreg) and 2 consumer warpgroups, each owning 64 query rows of the
-// 128-row Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from registers, V
-// MN-major in smem). K and V tiles stream through a ring of kStages stages, each with a "full"
-// mbarrier (TMA bytes landed) and an "empty" one (all 8 consumer warps done reading).
+// A CTA (persistent, one per SM, for unmasked problems; one per tile for masked ones) has 1
+// producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
+// with setmaxnreg) and 2 consumer warpgroups, each owning 64 query rows of the 128-row Q tile:
+// S = Q K^T (wgmma, both operands in smem) and O += P V (P from registers, V MN-major in smem;
+// for fp8, V^T K-major, transposed by three producer warps). K and V tiles stream through a ring
+// of kStages stages, each with a "full" mbarrier (TMA bytes landed) and an "empty" one (all 8
+// consumer warps done reading).
 //
-// Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 64 head-dim
-// columns (128 bytes a row), rows 128 bytes apart, each panel 1024-byte aligned.
+// Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 128 bytes of
+// head-dim columns (64 16-bit or 128 fp8 elements), rows 128 bytes apart, each panel 1024-byte
+// aligned.
 //   head_dim  64: 128 x 128 tiles, 4 stages: Q 16 KB + 4 x (16 + 16) KB = 144 KB
 //   head_dim 128: 128 x 176 tiles (128 x 128 when masked), 2 stages: 32 + 2 x (44 + 44) = 208 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: 64 + 2 x (40 + 40) = 224 KB
+//   fp8 d128 / d256: 128 x 128 tiles, 2 stages of K, V and V^T: 112 KB / 224 KB
 // Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
 // rescale) over more keys; masked problems keep 128 so fewer keys are computed and thrown away
 // on the diagonal.
-// Registers per consumer thread: S (kBlockN / 2), P (kBlockN / 4), O (head_dim / 2) floats.
+// Registers per consumer thread: S (kBlockN / 2), P (kBlockN / 4; fp8 kBlockN / 8), O (head_dim / 2).
 #pragma once
 
 namespace tessera::cuda::sm90 {
