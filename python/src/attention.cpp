@@ -179,6 +179,52 @@ void bind_attention(nb::module_& m) {
       nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
+      "attention_forward_fp8",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle descale_q, nb::handle descale_k, nb::handle descale_v,
+         nb::handle out, nb::handle lse, nb::handle scale, bool causal, int window_left, int window_right,
+         float softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
+        ArgArrays arrays;
+        const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
+        Fp8Descale d;
+        d.q = to_tensor(descale_q, "descale_q", arrays, true);
+        d.k = to_tensor(descale_k, "descale_k", arrays, true);
+        d.v = to_tensor(descale_v, "descale_v", arrays, true);
+        const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+        const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
+        const ExecutionContext ctx = make_ctx(stream, num_threads);
+        nb::gil_scoped_release release;
+        attention_forward_fp8(tq, tk, tv, d, to, tl, o, ctx);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("descale_q").none(), nb::arg("descale_k").none(),
+      nb::arg("descale_v").none(), nb::arg("out"), nb::arg("lse").none(), nb::arg("scale").none(), nb::arg("causal"),
+      nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"),
+      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+
+  m.def(
+      "attention_forward_fp8_ragged",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle cu_q, nb::handle cu_k, nb::handle descale_q,
+         nb::handle descale_k, nb::handle descale_v, nb::handle out, nb::handle lse, nb::handle scale, bool causal,
+         int window_left, int window_right, float softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
+        ArgArrays arrays;
+        const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
+        const Tensor tcq = to_tensor(cu_q, "cu_seqlens_q", arrays), tck = to_tensor(cu_k, "cu_seqlens_k", arrays);
+        Fp8Descale d;
+        d.q = to_tensor(descale_q, "descale_q", arrays, true);
+        d.k = to_tensor(descale_k, "descale_k", arrays, true);
+        d.v = to_tensor(descale_v, "descale_v", arrays, true);
+        const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+        const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
+        const ExecutionContext ctx = make_ctx(stream, num_threads);
+        nb::gil_scoped_release release;
+        attention_forward_fp8_ragged(tq, tk, tv, tcq, tck, d, to, tl, o, ctx);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"),
+      nb::arg("descale_q").none(), nb::arg("descale_k").none(), nb::arg("descale_v").none(), nb::arg("out"),
+      nb::arg("lse").none(), nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"),
+      nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"), nb::arg("stream") = 0,
+      nb::arg("num_threads") = 0);
+
+  m.def(
       "attention_forward_ragged",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle cu_q, nb::handle cu_k, nb::handle out, nb::handle lse,
          nb::handle scale, bool causal, int window_left, int window_right, float softcap, bool return_lse,

@@ -14,8 +14,8 @@ stream. See python/README.md.
 from . import _C
 from ._errors import (BackendError, DTypeError, Error, InvalidArgumentError, OutOfMemoryError, PlanMismatchError,
                       UnsupportedError, WorkspaceTooSmallError, ERROR_TYPES as _ERROR_TYPES)
-from ._ops import (attention, attention_backward, attention_ragged, attention_ragged_backward, get_num_threads,
-                   merge_states, set_num_threads)
+from ._ops import (attention, attention_backward, attention_fp8, attention_ragged, attention_ragged_backward,
+                   attention_ragged_fp8, get_num_threads, merge_states, set_num_threads)
 from ._paged import (BatchAttention, PagedKVCache, PagePool, PageTable, append_paged_kv, block_table_to_page_table,
                      copy_pages)
 

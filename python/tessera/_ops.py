@@ -134,6 +134,32 @@ def _merge(o_states, lse_states, return_lse):
     return fw.wrap(out)
 
 
+def _forward_fp8(q, k, v, cu_q, cu_k, descale, causal, window, softcap, scale, return_lse):
+    fw = adapter_for(q)
+    wl, wr = _window(window)
+    ragged = cu_q is not None
+    out = fw.empty(q, tuple(q.shape), "bf16")
+    lse = None
+    if return_lse:
+        if ragged:
+            shape = (q.shape[1], q.shape[0]) if _ndim(q) == 3 else (1,)
+        else:
+            shape = (q.shape[0], q.shape[2], q.shape[1]) if _ndim(q) == 4 else (1,)
+        lse = fw.empty(q, shape, "fp32")
+    dq, dk, dv = (None if d is None else fw.to_c(d) for d in descale)
+    common = (dq, dk, dv, fw.to_c(out), None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr,
+              float(softcap), bool(return_lse), fw.stream(q), _config["num_threads"])
+    if ragged:
+        cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
+        cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
+        _C.attention_forward_fp8_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), *common)
+    else:
+        _C.attention_forward_fp8(fw.to_c(q), fw.to_c(k), fw.to_c(v), *common)
+    if return_lse:
+        return fw.wrap(out), fw.wrap(lse)
+    return fw.wrap(out)
+
+
 def _dtype_of(fw, x):
     from ._arrays import dtype_name
     return dtype_name(x.dtype)
@@ -216,3 +242,25 @@ def merge_states(o_states, lse_states, return_lse=True):
         _torch = _torch_module()
         return _torch.merge_states(o_states, lse_states, return_lse)
     return _merge(o_states, lse_states, return_lse)
+
+
+def attention_fp8(q, k, v, descale_q=None, descale_k=None, descale_v=None, causal=False, window=(-1, -1),
+                  softcap=0.0, scale=None, return_lse=False):
+    """FP8 forward: q, k, v in fp8 e4m3 (torch.float8_e4m3fn, or numpy with ml_dtypes.float8_e4m3fn),
+    layouts as ``attention``; the attention of q * descale_q, k * descale_k, v * descale_v.
+
+    descale_*: fp32 arrays of shape (batch, heads_kv) on q's device (a query head uses its kv
+    head's factor), or None for 1.0. Returns out in bf16 (and the fp32 LSE with return_lse).
+    CPU backend everywhere; on CUDA the sm90 kernels (compute capability 9.0, head_dim 128 or
+    256). There is no fp8 backward: the result does not carry gradients.
+    """
+    return _forward_fp8(q, k, v, None, None, (descale_q, descale_k, descale_v), causal, window, softcap, scale,
+                        return_lse)
+
+
+def attention_ragged_fp8(q, k, v, cu_seqlens_q, cu_seqlens_k, descale_q=None, descale_k=None, descale_v=None,
+                         causal=False, window=(-1, -1), softcap=0.0, scale=None, return_lse=False):
+    """FP8 forward over a ragged batch (layouts as ``attention_ragged``; descales per
+    (sequence, kv head)); out bf16."""
+    return _forward_fp8(q, k, v, cu_seqlens_q, cu_seqlens_k, (descale_q, descale_k, descale_v), causal, window,
+                        softcap, scale, return_lse)
