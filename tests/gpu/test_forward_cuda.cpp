@@ -114,6 +114,14 @@ std::vector<CaseSpec> grid() {
       ragged(f16, {0, 1023, 17}, {0, 113, 113}, 2, 1, 64, opts(false)),
       ragged(bf16, {33, 0}, {65, 0}, 4, 4, 256, opts(true), 8),
       ragged(bf16, {200, 129, 64}, {64, 300, 129}, 4, 2, 128, opts(true), 8),
+      // More tiles than SMs in unmasked problems: the sm90 persistent CTAs walk several tiles
+      // each (ring stages, Q buffer and pingpong turns carried from one tile to the next).
+      dense(bf16, 40, 129, 300, 8, 2, 128, opts(false)),
+      dense(f16, 24, 200, 77, 8, 8, 64, opts(false, -1, -1, 2.0f)),
+      dense(bf16, 20, 130, 130, 8, 1, 256, opts(false), 8),
+      ragged(f16, {300, 0, 17, 129, 1, 256, 77, 200, 3, 128, 90, 260, 5, 64, 150, 199, 33, 280, 0, 140},
+             {100, 50, 17, 300, 1, 0, 77, 200, 40, 128, 90, 260, 5, 64, 150, 199, 33, 280, 7, 140}, 8, 4, 128,
+             opts(false)),
   };
 }
 

@@ -120,6 +120,8 @@ std::vector<CaseSpec> grid() {
       ragged_fp8({33, 0, 200}, {65, 0, 129}, 4, 4, 256, opts(true)),
       without_descales(dense_fp8(2, 17, 113, 4, 2, 128, opts(false)), true, true, true),  // no descales: all 1
       without_descales(ragged_fp8({1, 17, 113}, {113, 17, 1}, 2, 1, 256, opts(false)), true, false, true),  // only k
+      dense_fp8(40, 129, 300, 8, 2, 128, opts(false)),  // more tiles than SMs: persistent CTAs walk several
+      dense_fp8(16, 200, 150, 8, 8, 256, opts(false)),
   };
 }
 
