@@ -131,7 +131,8 @@ std::string shape_and_dtype(const Tensor& t) {
 }
 
 // One descale tensor: absent (rank 0, no data) means 1; otherwise fp32 (batch, heads_kv) on
-// q's device with non-negative strides, and finite values where the host can read them.
+// q's device with non-negative strides, and finite, non-negative values where the host can read
+// them (a dequantisation factor is amax / 448 >= 0; 0 is an all-zero head).
 DescalePtr check_descale(const Tensor& t, const char* name, const Tensor& q, int batch, int heads_kv) {
   DescalePtr d;
   if (t.rank == 0 && t.data == nullptr) return d;
@@ -148,9 +149,9 @@ DescalePtr check_descale(const Tensor& t, const char* name, const Tensor& q, int
   if (t.device.kind == DeviceKind::cpu)
     for (int b = 0; b < batch; ++b)
       for (int h = 0; h < heads_kv; ++h)
-        if (!std::isfinite(d.at(b, h)))
-          fail(ErrorCode::invalid_argument, std::string(name) + "[" + str(b) + ", " + str(h) + "]", "a finite factor",
-               std::to_string(d.at(b, h)));
+        if (!std::isfinite(d.at(b, h)) || d.at(b, h) < 0.0f)
+          fail(ErrorCode::invalid_argument, std::string(name) + "[" + str(b) + ", " + str(h) + "]",
+               "a finite factor >= 0", std::to_string(d.at(b, h)));
   return d;
 }
 

@@ -98,7 +98,8 @@ void attention_forward(const AttentionParams& p) {
 #endif
   if (p.dtype == DType::e4m3)
     throw Error(ErrorCode::unsupported, "q",
-                "attention_forward_fp8: the copy engine cannot describe these strides (tensor map refused); " +
+                "attention_forward_fp8: the sm90 kernels cannot take this call (a tensor map refused for these "
+                "strides, or more than 2^31 - 1 tiles of 128 query rows x heads x sequences); " +
                     std::string(kForwardSupport));
   sm80::run_forward(p);
 }

@@ -93,6 +93,21 @@ TEST(Fp8Forward, RuleRejectsAMissingDescale) {
   }
 }
 
+// A zero q or k factor (an all-zero head quantised as amax / 448) makes every score 0: uniform
+// weights over the visible keys, never NaN (masked scores must stay out of the sum).
+TEST(Fp8Forward, ZeroDescaleGivesUniformWeights) {
+  auto rng = fresh_rng();
+  AttentionCase c(dense_fp8(2, 100, 100, 4, 2, 128, opts(true)), rng);
+  c.descale_k.set(0, 0.0f);  // (sequence 0, kv head 0)
+  c.descale_q.set(3, 0.0f);  // (sequence 1, kv head 1)
+  c.forward();
+  EXPECT_EQ(c.out.count_nan(), 0);
+  EXPECT_EQ(c.lse.count_nan(), 0);
+  const AttentionParams p = c.forward_params();
+  const auto oracle = cpu::reference::forward(p);
+  EXPECT_LE(max_abs_error(c.out_packed(), oracle.o), tolerance(naive_fp8_forward(p), oracle.o, DType::bf16));
+}
+
 // An absent descale is exactly a tensor of ones, and one factor broadcast with strides (0, 0)
 // is exactly the full tensor holding it everywhere.
 TEST(Fp8Forward, AbsentAndBroadcastDescales) {

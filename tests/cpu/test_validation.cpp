@@ -474,8 +474,8 @@ TEST(Validation, Fp8DescaleNegativeStride) {
   expect_error([&] { p.call(s); }, ErrorCode::invalid_argument, "descale.v", p);
 }
 
-TEST(Validation, Fp8DescaleFinite) {
-  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+TEST(Validation, Fp8DescaleFiniteAndNotNegative) {
+  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf(""), -0.5f}) {
     Fp8Problem p;
     p.dk[2] = bad;  // (sequence 1, kv head 0)
     expect_error([&] { p.call(p.S()); }, ErrorCode::invalid_argument, "descale.k[1, 0]", p);

@@ -179,6 +179,28 @@ TEST(CudaFp8, LongSequenceWithinRule) {
   }
 }
 
+// A zero q or k factor (an all-zero head) makes every score 0: uniform weights over the visible
+// keys. The kernel folds the factors into the exponent's multiplier, where -inf * 0 would be NaN
+// in every tile with masked scores (causal diagonal, the tail past k_len).
+TEST(CudaFp8, ZeroDescaleGivesUniformWeights) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  auto rng = fresh_rng();
+  for (const CaseSpec& spec : {dense_fp8(2, 100, 100, 4, 2, 128, opts(true)), dense_fp8(1, 77, 300, 2, 2, 256, opts(false))}) {
+    SCOPED_TRACE(spec.name());
+    GpuFp8Case g(spec, rng);
+    g.host.descale_k.set(0, 0.0f);  // (sequence 0, kv head 0)
+    g.host.descale_q.set(1, 0.0f);  // (sequence 0, kv head 1)
+    g.dk.upload(g.host.descale_k);
+    g.dq.upload(g.host.descale_q);
+    g.run();
+    EXPECT_EQ(g.host.out.count_nan(), 0);
+    EXPECT_EQ(g.host.lse.count_nan(), 0);
+    const AttentionParams p = g.host.forward_params();
+    const auto oracle = cpu::reference::forward(p);
+    EXPECT_LE(max_abs_error(g.host.out_packed(), oracle.o), tolerance(naive_fp8_forward(p), oracle.o, DType::bf16));
+  }
+}
+
 // Where the fp8 kernels do not apply: a clear tessera::Error, nothing written.
 TEST(CudaFp8, UnsupportedHeadDimSaysWhatIsSupported) {
   auto rng = fresh_rng();

@@ -17,8 +17,8 @@ bool forward_applicable(const AttentionParams& p, std::string* why = nullptr);
 
 // Runs the forward for validated params that forward_applicable accepted, on p.stream.
 // Returns false (nothing launched, nothing written) when the driver refuses a tensor map for
-// these strides: the caller then takes the portable path (fp8 has none: it must fail). Throws Error(backend_failure) on a
-// CUDA error.
+// these strides or the tile space exceeds 2^31 - 1 tiles: the caller then takes the portable
+// path (fp8 has none: it must fail). Throws Error(backend_failure) on a CUDA error.
 bool run_forward(const AttentionParams& p);
 
 }  // namespace tessera::cuda::sm90

@@ -350,7 +350,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     float scale = a.scale, scale_log2 = a.scale_log2;
     if constexpr (kFp8) {
       const int h_kv = tc.head / a.group;
-      const float qk = a.q_descale.at(tc.seq, h_kv) * a.k_descale.at(tc.seq, h_kv);
+      // Floored at 2^-60 (factors are >= 0): a zero factor (an all-zero head) must give scores of
+      // ~0, i.e. uniform weights, while masked scores stay -inf; a multiplier of exactly 0 would
+      // turn them into -inf * 0 = NaN in the exponent's FFMA.
+      const float qk = fmaxf(a.q_descale.at(tc.seq, h_kv) * a.k_descale.at(tc.seq, h_kv), 0x1p-60f);
       scale *= qk;
       scale_log2 *= qk;
     }

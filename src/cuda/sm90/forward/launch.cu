@@ -170,7 +170,12 @@ bool run_forward(const AttentionParams& p) {
   a.q_descale = {p.q_descale.ptr, p.q_descale.batch, p.q_descale.head};
   a.k_descale = {p.k_descale.ptr, p.k_descale.batch, p.k_descale.head};
   a.v_descale = {p.v_descale.ptr, p.v_descale.batch, p.v_descale.head};
-  a.m_blocks = (p.seq_q + static_cast<int>(box_m) - 1) / static_cast<int>(box_m);
+  // The kernel numbers tiles in int and a grid holds at most 2^31 - 1 CTAs: larger tile spaces
+  // (ragged batches size theirs by a bound on the longest sequence) go to the portable path,
+  // whose 3D grid has no such limit.
+  const long long m_blocks = (static_cast<long long>(p.seq_q) + box_m - 1) / box_m;
+  if (m_blocks * p.heads_q * p.batch > 0x7fffffffLL) return false;
+  a.m_blocks = static_cast<int>(m_blocks);
   a.heads = p.heads_q;
   a.batch = p.batch;
 

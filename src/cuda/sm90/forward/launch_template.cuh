@@ -19,13 +19,16 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   if (tiles == 0) return;
   auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
-  // Unmasked tiles all cost the same: persistent CTAs, one per SM (shared memory allows no
-  // more), each walking its tiles, so a tile's epilogue and the next one's loads overlap.
+  // Unmasked dense tiles all cost the same: persistent CTAs, one per SM (shared memory allows
+  // no more), each walking its tiles, so a tile's epilogue and the next one's loads overlap.
   // Masked (causal, window) tiles differ by up to the sequence length: one CTA per tile, so
   // that the hardware hands the next tile to whichever SM frees first (a static walk measured
-  // 1.36x slower at 16k causal: its heaviest CTA carried 1.57x the mean).
+  // 1.36x slower at 16k causal: its heaviest CTA carried 1.57x the mean). Ragged batches too:
+  // their tile space is sized by a bound on the longest sequence, most tiles are empty, and a
+  // static walk would leave the real ones to a few CTAs.
+  const bool ragged = args.cu_seqlens_q != nullptr;
   const long long persistent = tiles < num_sms ? tiles : num_sms;
-  const unsigned grid = static_cast<unsigned>(kMasked ? tiles : persistent);
+  const unsigned grid = static_cast<unsigned>(kMasked || ragged ? tiles : persistent);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
