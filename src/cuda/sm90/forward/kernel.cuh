@@ -206,6 +206,9 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
   const int num_tiles = a.m_blocks * a.heads * a.batch;
   const bool ragged = a.cu_seqlens_q != nullptr;
+  // One tile per CTA (masked or ragged launches): the CTA of an empty tile (past its sequence)
+  // leaves before any setup; ragged tile spaces are mostly such tiles.
+  if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked>(a, blockIdx.x).active) return;
 
   if (threadIdx.x == 0) {
     mbarrier_init(q_full, 1);
