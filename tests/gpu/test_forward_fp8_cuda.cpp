@@ -115,6 +115,7 @@ std::vector<CaseSpec> grid() {
       dense_fp8(1, 1, 113, 8, 8, 256, opts(true, -1, -1, 2.0f), 16),  // decode row, softcap + causal
       dense_fp8(1, 1023, 1023, 4, 1, 128, opts(true)),             // many causal tiles
       dense_fp8(1, 300, 700, 2, 1, 256, opts(false)),
+      dense_fp8(2, 40, 0, 2, 1, 128, opts(false)),                 // no keys: O = 0, LSE = -inf
       ragged_fp8({17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 128, opts(true), 16),  // empty seq, empty KV
       ragged_fp8({113, 1, 17}, {1023, 17, 17}, 8, 1, 128, opts(false, 64, 0, 5.0f)),
       ragged_fp8({33, 0, 200}, {65, 0, 129}, 4, 4, 256, opts(true)),

@@ -47,22 +47,26 @@ int smem_bytes(int head_dim) {
 
 // A tensor's tiled map: rank 4 (head_dim, seq, heads, batch) for dense tensors, rank 3
 // (head_dim, packed rows, heads) for ragged ones; boxes of 128 bytes of columns x box_rows rows. A
-// dimension of extent 1 gets a harmless stride (its value is never used) so that strides such
-// as 0 for a single sequence do not trip the encoder.
+// dimension of extent 1 (rows included) gets a harmless non-zero stride (its value is never
+// used), so that strides such as 0 for a single row or sequence do not trip the encoder. A
+// tensor without rows (seq_k = 0: no tile is ever loaded) may have no data pointer; the map then
+// points at `fallback`, a valid address of the same call.
 CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged, std::int64_t rows, int heads,
-                     int batch, int head_dim, std::uint32_t box_rows) {
+                     int batch, int head_dim, std::uint32_t box_rows, const void* fallback) {
   const std::uint64_t elem = static_cast<std::uint64_t>(tensor_map_element_bytes(type));
-  const std::uint64_t row_bytes = static_cast<std::uint64_t>(t.row) * elem;
+  const std::uint64_t safe_rows = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
+  std::uint64_t row_bytes = static_cast<std::uint64_t>(t.row) * elem;
   std::uint64_t head_bytes = static_cast<std::uint64_t>(t.head) * elem;
   std::uint64_t batch_bytes = static_cast<std::uint64_t>(t.batch) * elem;
-  const std::uint64_t safe_rows = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
+  if (safe_rows == 1) row_bytes = (static_cast<std::uint64_t>(head_dim) * elem + 15) / 16 * 16;
   if (heads == 1) head_bytes = row_bytes * safe_rows;
   if (batch == 1 || ragged) batch_bytes = head_bytes * static_cast<std::uint64_t>(heads);
   const std::uint64_t dims[4] = {static_cast<std::uint64_t>(head_dim), safe_rows, static_cast<std::uint64_t>(heads),
                                  static_cast<std::uint64_t>(batch)};
   const std::uint64_t strides[3] = {row_bytes, head_bytes, batch_bytes};
   const std::uint32_t box[4] = {static_cast<std::uint32_t>(128 / elem), box_rows, 1, 1};
-  return make_tensor_map_tiled(type, ragged ? 3 : 4, t.ptr, dims, strides, box);
+  const void* base = t.ptr != nullptr ? t.ptr : fallback;
+  return make_tensor_map_tiled(type, ragged ? 3 : 4, base, dims, strides, box);
 }
 
 template <typename T, int D>
@@ -140,10 +144,10 @@ bool run_forward(const AttentionParams& p) {
   const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked, fp8));
   FwdArgs a;
   try {
-    a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, box_m);
-    a.map_k = tile_map(type, p.k, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n);
-    a.map_v = tile_map(type, p.v, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n);
-    if (!ragged && !fp8) a.map_o = tile_map(type, p.o, ragged, rows_q, p.heads_q, seqs, p.head_dim, 64);
+    a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, box_m, p.q.ptr);
+    a.map_k = tile_map(type, p.k, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n, p.q.ptr);
+    a.map_v = tile_map(type, p.v, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n, p.q.ptr);
+    if (!ragged && !fp8) a.map_o = tile_map(type, p.o, ragged, rows_q, p.heads_q, seqs, p.head_dim, 64, p.q.ptr);
     else std::memset(&a.map_o, 0, sizeof(a.map_o));
   } catch (const Error&) {
     return false;  // strides the copy engine cannot describe: the portable path takes it
