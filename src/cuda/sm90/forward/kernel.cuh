@@ -1,5 +1,5 @@
 // The sm90 forward kernel (FA3 structure): a CTA walks tiles of (query block, query head,
-// sequence) (persistent, one per SM, for unmasked problems; one tile each for masked ones); a
+// sequence) (persistent, one per SM, for unmasked dense problems; one tile each otherwise); a
 // producer warpgroup feeds Q and K/V tiles by TMA into a ring of shared-memory stages, and two
 // consumer warpgroups run S = Q K^T and O += P V on wgmma with the online softmax in registers.
 // See kernel_traits.cuh for tiles and layout, forward_args.h for the arguments.

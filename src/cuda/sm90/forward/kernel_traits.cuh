@@ -1,6 +1,6 @@
 // Tile shapes and shared-memory layout of the sm90 forward (warp-specialised, TMA + wgmma).
 //
-// A CTA (persistent, one per SM, for unmasked problems; one per tile for masked ones) has 1
+// A CTA (persistent, one per SM, for unmasked dense problems; one per tile otherwise) has 1
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
 // with setmaxnreg) and 2 consumer warpgroups, each owning 64 query rows of the 128-row Q tile:
 // S = Q K^T (wgmma, both operands in smem) and O += P V (P from registers, V MN-major in smem;
