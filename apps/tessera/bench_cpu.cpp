@@ -332,18 +332,11 @@ void run_plan_h200_cases(const Context& ctx, const Emit& emit) {
   struct C { const char* name; int prefill; };
   for (const C& c : {C{"plan 256 dec", 0}, C{"plan 8 chunks+248 dec", 8}}) {
     const int n = 256;
-    std::vector<std::int32_t> q_lens, kv_lens;
-    std::mt19937_64 rng(99);
-    std::uniform_int_distribution<int> len(1024, 32768);
-    std::int64_t total_q = 0;
-    int kv_max = 0;
-    for (int i = 0; i < n; ++i) {
-      const bool pre = i < c.prefill;
-      q_lens.push_back(pre ? 512 : 1);
-      kv_lens.push_back(pre ? 512 * (i + 1) : len(rng));
-      total_q += q_lens.back();
-      kv_max = std::max(kv_max, kv_lens.back());
-    }
+    const PlanBenchBatch batch = plan_bench_batch(c.prefill);
+    const std::vector<std::int32_t>& q_lens = batch.q_lens;
+    const std::vector<std::int32_t>& kv_lens = batch.kv_lens;
+    const std::int64_t total_q = batch.total_q;
+    const int kv_max = batch.kv_max;
     BatchConfig cfg;
     cfg.heads_q = 32;
     cfg.heads_kv = 8;

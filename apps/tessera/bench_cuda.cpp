@@ -124,6 +124,21 @@ struct DenseBuffers {
   }
 };
 
+// A row of the dense suites: "<kind> <dtype>[ causal]", shape "b.. h.. s.. d..".
+Row dense_row(const char* kind, DType dt, int b, int h, int s, int d, bool causal) {
+  Row r;
+  r.name = std::string(kind) + " " + dtype_name(dt) + (causal ? " causal" : "");
+  r.shape = "b" + std::to_string(b) + " h" + std::to_string(h) + " s" + std::to_string(s) + " d" + std::to_string(d);
+  r.kind = kind;
+  r.dtype = dt;
+  r.head_dim = d;
+  r.seq = s;
+  r.batch = b;
+  r.heads = h;
+  r.causal = causal;
+  return r;
+}
+
 void run_dense(const Context& ctx, const Emit& emit, bool backward) {
   const std::vector<int> dims = ctx.quick ? std::vector<int>{128} : std::vector<int>{64, 128, 256};
   const std::vector<int> seqs = {1024, 4096, 16384};
@@ -141,16 +156,7 @@ void run_dense(const Context& ctx, const Emit& emit, bool backward) {
         AttentionOptions opt;
         opt.causal = causal;
         opt.return_lse = backward;
-        Row r;
-        r.name = std::string(backward ? "backward" : "forward") + " bf16" + (causal ? " causal" : "");
-        r.shape = "b" + std::to_string(b) + " h" + std::to_string(h) + " s" + std::to_string(s) + " d" + std::to_string(d);
-        r.kind = backward ? "backward" : "forward";
-        r.dtype = dt;
-        r.head_dim = d;
-        r.seq = s;
-        r.batch = b;
-        r.heads = h;
-        r.causal = causal;
+        Row r = dense_row(backward ? "backward" : "forward", dt, b, h, s, d, causal);
         try {
           double ms;
           if (!backward) {
@@ -200,16 +206,7 @@ void run_dense_fp8(const Context& ctx, const Emit& emit) {
       for (bool causal : {false, true}) {
         AttentionOptions opt;
         opt.causal = causal;
-        Row r;
-        r.name = std::string("forward fp8_e4m3") + (causal ? " causal" : "");
-        r.shape = "b" + std::to_string(b) + " h" + std::to_string(h) + " s" + std::to_string(s) + " d" + std::to_string(d);
-        r.kind = "forward";
-        r.dtype = dt;
-        r.head_dim = d;
-        r.seq = s;
-        r.batch = b;
-        r.heads = h;
-        r.causal = causal;
+        Row r = dense_row("forward", dt, b, h, s, d, causal);
         try {
           const double ms =
               cuda_median_ms([&] { attention_forward_fp8(tq, tk, tv, descale, to, Tensor(), opt); }, ctx.min_time);
@@ -510,18 +507,11 @@ void run_plan_time(const Context& ctx, const Emit& emit) {
   const std::vector<C> cases = {{"plan 256 dec", 0}, {"plan 8 chunks+248 dec", 8}};
   for (const C& c : cases) {
     const int n = 256;
-    std::vector<std::int32_t> q_lens, kv_lens;
-    std::mt19937_64 rng(99);
-    std::uniform_int_distribution<int> len(1024, 32768);
-    std::int64_t total_q = 0;
-    int kv_max = 0;
-    for (int i = 0; i < n; ++i) {
-      const bool pre = i < c.prefill;
-      q_lens.push_back(pre ? 512 : 1);
-      kv_lens.push_back(pre ? 512 * (i + 1) : len(rng));
-      total_q += q_lens.back();
-      kv_max = std::max(kv_max, kv_lens.back());
-    }
+    const PlanBenchBatch batch = plan_bench_batch(c.prefill);
+    const std::vector<std::int32_t>& q_lens = batch.q_lens;
+    const std::vector<std::int32_t>& kv_lens = batch.kv_lens;
+    const std::int64_t total_q = batch.total_q;
+    const int kv_max = batch.kv_max;
     Row r;
     r.name = c.name;
     r.shape = "n256 q" + std::to_string(total_q) + " h32/8 d128 p16";

@@ -145,6 +145,20 @@ void fill_normal(void* dst, std::int64_t count, DType dtype, std::mt19937_64& rn
   for (std::int64_t i = 0; i < count; ++i) math::store_from_float(dst, i, dtype, dist(rng));
 }
 
+PlanBenchBatch plan_bench_batch(int prefill) {
+  PlanBenchBatch b;
+  std::mt19937_64 rng(99);
+  std::uniform_int_distribution<int> len(1024, 32768);
+  for (int i = 0; i < 256; ++i) {
+    const bool pre = i < prefill;
+    b.q_lens.push_back(pre ? 512 : 1);
+    b.kv_lens.push_back(pre ? 512 * (i + 1) : len(rng));
+    b.total_q += b.q_lens.back();
+    b.kv_max = std::max(b.kv_max, b.kv_lens.back());
+  }
+  return b;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Device buffers
 

@@ -100,6 +100,16 @@ bool built_with_cuda();
 // Fills `count` elements of dtype at `dst` with N(0, stddev) values rounded to the dtype.
 void fill_normal(void* dst, std::int64_t count, DType dtype, std::mt19937_64& rng, float stddev = 1.0f);
 
+// The plan() benchmark's batch (cpu.plan and cuda.plan time the same one): 256 requests,
+// `prefill` chunks of 512 query tokens (request i with 512 (i + 1) keys) first, then decode
+// tokens over 1k-32k keys drawn from a fixed seed.
+struct PlanBenchBatch {
+  std::vector<std::int32_t> q_lens, kv_lens;
+  std::int64_t total_q = 0;
+  int kv_max = 0;
+};
+PlanBenchBatch plan_bench_batch(int prefill);
+
 inline double now_seconds() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();

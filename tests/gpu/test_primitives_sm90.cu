@@ -402,14 +402,20 @@ __device__ void load_a_fragments(const float* a, int t, std::uint32_t (&af)[4][4
 
 // A from registers (built from global memory by the documented fragment rule), B written into
 // shared memory by ordinary stores at the swizzled positions, then fence.proxy.async.
-template <typename T, int N>
+// kBMnMajor false: B written K-major at the swizzled positions (as TMA would), K-major descriptor.
+// kBMnMajor true (the P V case: V row-major, keys x head_dim): B written as its 64 K rows of N
+// contiguous elements, 64 of N per 128-byte-swizzled panel of 64 rows (8 KB), panels N/64
+// apart; descriptor make_smem_desc_sw128_mnmajor, transpose flag set, k16 step = 2048 bytes.
+template <typename T, int N, bool kBMnMajor>
 __global__ void wgmma_rs_kernel(const float* a, const float* bsrc, float* c) {
   unsigned char* b_tile = smem_1024();
   auto* b16 = reinterpret_cast<T*>(b_tile);
+  constexpr int kPanelBytes = 64 * 128;
   for (int i = threadIdx.x; i < N * 64; i += blockDim.x) {
-    const int n = i / 64, k = i % 64;
-    if constexpr (Traits<T>::is_bf16) b16[swz128(n, k)] = __float2bfloat16(bsrc[i]);
-    else b16[swz128(n, k)] = __float2half(bsrc[i]);
+    const int n = i / 64, k = i % 64;  // bsrc is N x K row-major (GemmCase::b)
+    const int at = kBMnMajor ? (n / 64) * (kPanelBytes / 2) + swz128(k, n % 64) : swz128(n, k);
+    if constexpr (Traits<T>::is_bf16) b16[at] = __float2bfloat16(bsrc[i]);
+    else b16[at] = __float2half(bsrc[i]);
   }
   sm90::fence_proxy_async_shared_cta();
   __syncthreads();
@@ -422,8 +428,10 @@ __global__ void wgmma_rs_kernel(const float* a, const float* bsrc, float* c) {
   sm90::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const std::uint64_t db = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(b_tile) + 32 * k);
-    sm90::wgmma_rs<N, Traits<T>::is_bf16>(d, af[k], db, k > 0);
+    const std::uint32_t base = sm90::smem_u32(b_tile);
+    const std::uint64_t db = kBMnMajor ? sm90::make_smem_desc_sw128_mnmajor(base + 2048 * k, kPanelBytes)
+                                       : sm90::make_smem_desc_sw128_kmajor(base + 32 * k);
+    sm90::wgmma_rs<N, Traits<T>::is_bf16, kBMnMajor>(d, af[k], db, k > 0);
   }
   sm90::wgmma_commit();
   sm90::wgmma_wait<0>();
@@ -431,11 +439,11 @@ __global__ void wgmma_rs_kernel(const float* a, const float* bsrc, float* c) {
   store_accumulators<N>(d, c, t, 0);
 }
 
-template <typename T, int N>
+template <typename T, int N, bool kBMnMajor = false>
 void check_wgmma_rs() {
   const GemmCase g(64, N);
   DeviceBuffer<float> da(g.a), db(g.b), dc(64 * N);
-  wgmma_rs_kernel<T, N><<<1, 128, N * 128 + 1024>>>(da.get(), db.get(), dc.get());
+  wgmma_rs_kernel<T, N, kBMnMajor><<<1, 128, N * 128 + 1024>>>(da.get(), db.get(), dc.get());
   TESSERA_TEST_CUDA(cudaGetLastError());
   g.check(dc.read(), Traits<T>::name);
 }
@@ -443,53 +451,9 @@ void check_wgmma_rs() {
 TEST(PrimitivesSm90, WgmmaRsM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__nv_bfloat16, 64>(); }
 TEST(PrimitivesSm90, WgmmaRsM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__half, 64>(); }
 TEST(PrimitivesSm90, WgmmaRsM64N128Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__nv_bfloat16, 128>(); }
-
-// B MN-major (the P V case: V row-major, keys x head_dim): B written as its 64 K rows of N
-// contiguous elements, 64 of N per 128-byte-swizzled panel of 64 rows (8 KB), panels N/64
-// apart; descriptor make_smem_desc_sw128_mnmajor, transpose flag set, k16 step = 2048 bytes.
-template <typename T, int N>
-__global__ void wgmma_rs_mn_kernel(const float* a, const float* bsrc, float* c) {
-  unsigned char* b_tile = smem_1024();
-  auto* b16 = reinterpret_cast<T*>(b_tile);
-  constexpr int kPanelBytes = 64 * 128;
-  for (int i = threadIdx.x; i < N * 64; i += blockDim.x) {
-    const int n = i / 64, k = i % 64;  // bsrc is N x K row-major (GemmCase::b)
-    const int at = (n / 64) * (kPanelBytes / 2) + swz128(k, n % 64);
-    if constexpr (Traits<T>::is_bf16) b16[at] = __float2bfloat16(bsrc[i]);
-    else b16[at] = __float2half(bsrc[i]);
-  }
-  sm90::fence_proxy_async_shared_cta();
-  __syncthreads();
-  const int t = threadIdx.x;
-  std::uint32_t af[4][4];
-  load_a_fragments<T>(a, t, af);
-  float d[N / 2];
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) d[i] = -7.0f;
-  sm90::wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const std::uint64_t db = sm90::make_smem_desc_sw128_mnmajor(sm90::smem_u32(b_tile) + 2048 * k, kPanelBytes);
-    sm90::wgmma_rs<N, Traits<T>::is_bf16, true>(d, af[k], db, k > 0);
-  }
-  sm90::wgmma_commit();
-  sm90::wgmma_wait<0>();
-  sm90::wgmma_fence_operand(d);
-  store_accumulators<N>(d, c, t, 0);
-}
-
-template <typename T, int N>
-void check_wgmma_rs_mn() {
-  const GemmCase g(64, N);
-  DeviceBuffer<float> da(g.a), db(g.b), dc(64 * N);
-  wgmma_rs_mn_kernel<T, N><<<1, 128, N * 128 + 1024>>>(da.get(), db.get(), dc.get());
-  TESSERA_TEST_CUDA(cudaGetLastError());
-  g.check(dc.read(), Traits<T>::name);
-}
-
-TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs_mn<__nv_bfloat16, 64>(); }
-TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs_mn<__half, 128>(); }
-TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs_mn<__nv_bfloat16, 256>(); }
+TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__nv_bfloat16, 64, true>(); }
+TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__half, 128, true>(); }
+TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__nv_bfloat16, 256, true>(); }
 
 // ---------------------------------------------------------------------------------------------
 // FP8 (e4m3) wgmma, k32: A (64 x 128) and B (N x 128), both K-major in one 128-byte swizzled
