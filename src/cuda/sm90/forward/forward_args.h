@@ -43,6 +43,9 @@ struct FwdArgs {
   int m_blocks = 0;
   int heads = 0;
   int batch = 0;
+  // m_blocks x heads x batch, computed on the host: read from the parameter bank where the
+  // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
+  int num_tiles = 0;
 };
 
 // One instance per (dtype, head dim, K tile width, mask kind), defined in instance_hdim*.cu;

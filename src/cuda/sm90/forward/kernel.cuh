@@ -91,39 +91,59 @@ __device__ __forceinline__ void pack_weights_e4m3(const float (&s)[kBlockN / 8][
 // rows swizzled) -> V^T (head_dim rows of kBlockN logical keys, 128-byte swizzled rows, K-major
 // for wgmma), keys in the order of pack_weights_e4m3's permutation. A unit is 4 logical keys x
 // 8 columns: four 8-byte loads (the 4 key rows), two 4 x 4 byte transposes, eight 4-byte
-// stores. Consecutive lanes take consecutive key groups, so a warp's stores fill one V^T row
-// (no bank conflicts) and its loads conflict at most 2-way per half warp. (16-byte loads
-// spilled at the transposing warps' 40 registers.)
+// stores. A warp takes 32 units at a time: 16 key groups x 2 adjacent column blocks (the two
+// 8-byte halves of one 16-byte chunk). Bank conflicts, counted per warp instruction:
+// - loads: lanes read their key rows in an order that depends on the lane (bit 2 swaps the
+//   even and odd row), so one instruction covers all 8 row residues mod 8 x both 8-byte halves:
+//   each bank twice, the minimum for 256 bytes (reading every lane's rows in the same order hit
+//   4 residues of one half: 8-way, 100 M conflicts in a 16k run);
+// - stores: the second half-warp stores its column groups in the opposite order (rows n and
+//   n + 4 mod 8 land in opposite halves of the swizzled row): 32 distinct banks.
 template <typename Tr>
-__device__ __forceinline__ void transpose_v_tile(const unsigned char* v, unsigned char* vt, int thread,
-                                                 int threads) {
-  constexpr int kKeyGroups = Tr::kBlockN / 4, kColBlocks = Tr::kHeadDim / 8;
-  for (int u = thread; u < kColBlocks * kKeyGroups; u += threads) {
-    const int kg = u % kKeyGroups, cb = u / kKeyGroups;
-    const int l0 = 4 * kg;                                           // first logical key of the unit
-    const int q8 = (l0 % 32) / 4;                                    // 0..7
-    const int key0 = 32 * (l0 / 32) + 16 * (q8 / 4) + 2 * (q8 % 4);  // keys key0, +1, +8, +9
-    const int col = 8 * cb;
-    const unsigned char* panel = v + (col / 128) * Tr::kKVPanelBytes;
-    const int chunk = (col % 128) / 16;
-    uint2 w[4];
+__device__ __forceinline__ void transpose_v_tile(const unsigned char* v, unsigned char* vt, int warp, int warps,
+                                                 int lane) {
+  static_assert(Tr::kBlockN == 128, "16 key groups per half tile");
+  constexpr int kChunks = Tr::kHeadDim / 8;  // 32-unit chunks: (column-block pair, key half)
+  // Everything that depends only on the lane is computed once: the loop body is the 4 loads,
+  // the byte permutes and the 8 stores plus a few adds (address arithmetic per unit was ~160
+  // of ~190 SASS instructions when derived from the unit index).
+  const int half = lane >> 4;        // which 8-byte half of the 16-byte column chunk
+  const int swap = (lane >> 2) & 1;  // loads row key0 + 1 before key0 (and + 9 before + 8)
+  // byte_perm selectors of the 2 x 2 interleave with the two rows' registers swapped (each
+  // selector nibble ^ 4 exchanges the operands).
+  const std::uint32_t sel_lo = swap ? 0x1504u : 0x5140u, sel_hi = swap ? 0x3726u : 0x7362u;
+  // Key group kg = 16 kh + (lane & 15) (logical keys 4 kg .. 4 kg + 3) reads physical rows
+  // key0 + {0, 1, 8, 9}; the second key half (kh = 1) is 64 rows further.
+  const int kg = lane & 15, q8 = kg % 8;
+  const int key0 = 32 * (kg / 8) + 16 * (q8 / 4) + 2 * (q8 % 4);
+  const int res_even = (key0 + swap) % 8, res_odd = (key0 + (swap ^ 1)) % 8;  // row residues of loads 0/2, 1/3
+  const unsigned char* lane_src = v + (key0 + swap) * 128 + 8 * half;
+  const int odd_step = 128 - 256 * swap;  // row of loads 1/3 minus row of loads 0/2
+  // V^T row n = 16 cp + 8 half + 4 mm + j holds logical keys of this lane at 16-byte chunk
+  // (((lane >> 2) & 3) ^ j) | ((kh ^ mm) << 2) of the swizzled row, byte 4 (lane & 3).
+  unsigned char* lane_dst = vt + (8 * half) * 128 + 4 * (lane & 3);
+  const int xq = (lane >> 2) & 3;
+  for (int c = warp; c < kChunks; c += warps) {
+    const int kh = c & 1, cp = c >> 1, cc = cp % 8;  // cc: the 16-byte chunk of the columns in their panel
+    const unsigned char* src = lane_src + kh * (64 * 128) + (cp / 8) * Tr::kKVPanelBytes;
+    const int even_chunk = (cc ^ res_even) * 16, odd_chunk = odd_step + (cc ^ res_odd) * 16;
+    uint2 w[4];  // w[i]: row key0 + ((i & 1) ^ swap) + 8 (i >> 1)
+    w[0] = *reinterpret_cast<const uint2*>(src + even_chunk);
+    w[1] = *reinterpret_cast<const uint2*>(src + odd_chunk);
+    w[2] = *reinterpret_cast<const uint2*>(src + 8 * 128 + even_chunk);
+    w[3] = *reinterpret_cast<const uint2*>(src + 8 * 128 + odd_chunk);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = key0 + (i & 1) + 8 * (i >> 1);
-      w[i] = *reinterpret_cast<const uint2*>(panel + r * 128 + ((chunk ^ (r % 8)) * 16) + col % 16);
-    }
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {  // columns col + 4m .. col + 4m + 3
-      const std::uint32_t x0 = (&w[0].x)[m], x1 = (&w[1].x)[m], x2 = (&w[2].x)[m], x3 = (&w[3].x)[m];
-      const std::uint32_t lo01 = __byte_perm(x0, x1, 0x5140), hi01 = __byte_perm(x0, x1, 0x7362);
-      const std::uint32_t lo23 = __byte_perm(x2, x3, 0x5140), hi23 = __byte_perm(x2, x3, 0x7362);
+    for (int m = 0; m < 2; ++m) {  // the second half-warp does its column groups in reverse
+      const int mm = m ^ half;     // columns 16 cp + 8 half + 4 mm + 0..3
+      const std::uint32_t x0 = mm ? w[0].y : w[0].x, x1 = mm ? w[1].y : w[1].x;
+      const std::uint32_t x2 = mm ? w[2].y : w[2].x, x3 = mm ? w[3].y : w[3].x;
+      const std::uint32_t lo01 = __byte_perm(x0, x1, sel_lo), hi01 = __byte_perm(x0, x1, sel_hi);
+      const std::uint32_t lo23 = __byte_perm(x2, x3, sel_lo), hi23 = __byte_perm(x2, x3, sel_hi);
       const std::uint32_t t[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
                                   __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+      unsigned char* dst = lane_dst + (16 * cp + 4 * mm) * 128 + ((kh ^ mm) << 6);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int n = col + 4 * m + j;
-        *reinterpret_cast<std::uint32_t*>(vt + n * 128 + (((l0 / 16) ^ (n % 8)) * 16) + l0 % 16) = t[j];
-      }
+      for (int j = 0; j < 4; ++j) *reinterpret_cast<std::uint32_t*>(dst + j * 128 + ((xq ^ j) << 4)) = t[j];
     }
   }
 }
@@ -204,7 +224,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   auto vt_full = [&](int stage) { return bars + 8u * (2 + 4 * S + stage); };
   auto vt_empty = [&](int stage) { return bars + 8u * (2 + 5 * S + stage); };
   auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
-  const int num_tiles = a.m_blocks * a.heads * a.batch;
+  const int num_tiles = a.num_tiles;
   const bool ragged = a.cu_seqlens_q != nullptr;
   // One tile per CTA (masked or ragged launches): the CTA of an empty tile (past its sequence)
   // leaves before any setup; ragged tile spaces are mostly such tiles.
@@ -288,8 +308,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
             mbarrier_wait_parity(v_full(stage), parity);
             mbarrier_wait_parity(vt_empty(stage), parity ^ 1);
             transpose_v_tile<Tr>(base_ptr + Tr::kVOffset + stage * Tr::kKVTileBytes,
-                                 base_ptr + Tr::kVtOffset + stage * Tr::kVtTileBytes, threadIdx.x - 32,
-                                 32 * Tr::kTransposeWarps);
+                                 base_ptr + Tr::kVtOffset + stage * Tr::kVtTileBytes, threadIdx.x / 32 - 1,
+                                 Tr::kTransposeWarps, lane);
             fence_proxy_async_shared_cta();  // wgmma reads V^T through the async proxy
             __syncwarp();
             if (lane == 0) {

@@ -14,7 +14,8 @@
 //   head_dim  64: 128 x 128 tiles, 4 stages: Q 16 KB + 4 x (16 + 16) KB = 144 KB
 //   head_dim 128: 128 x 176 tiles (128 x 128 when masked), 2 stages: 32 + 2 x (44 + 44) = 208 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: 64 + 2 x (40 + 40) = 224 KB
-//   fp8 d128 / d256: 128 x 128 tiles, 2 stages of K, V and V^T: 112 KB / 224 KB
+//   fp8 d128: 128 x 128 tiles, 4 stages of K, V and V^T: 16 + 4 x 48 = 208 KB
+//   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: 32 + 2 x 96 = 224 KB
 // Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
 // rescale) over more keys; masked problems keep 128 so fewer keys are computed and thrown away
 // on the diagonal.
@@ -43,11 +44,13 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN % 16 == 0, "whole k16 steps of the P V product");
   static_assert(!kFp8 || kBlockN == 128, "fp8: the transposed V tile is one 128-byte row per head-dim column");
-  static constexpr int kStages = kHeadDim == 64 ? 4 : 2;
+  // FP8 d128 has the room for 4 (the V^T ring then also runs 4 tiles ahead of P V).
+  static constexpr int kStages = kHeadDim == 64 || (kFp8 && kHeadDim == 128) ? 4 : 2;
   // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM. FP8: the
-  // producer warpgroup also transposes V (3 warps), 128 x 40 + 256 x 232 = 64,512.
-  static constexpr int kProducerRegs = kFp8 ? 40 : 24;
-  static constexpr int kConsumerRegs = kFp8 ? 232 : 240;
+  // producer warpgroup also transposes V (3 warps): 128 x 56 + 256 x 224 at head_dim 128,
+  // 128 x 40 + 256 x 232 at 256 (its consumers hold 128 accumulators of O), both 64,512.
+  static constexpr int kProducerRegs = kFp8 ? (kHeadDim == 128 ? 56 : 40) : 24;
+  static constexpr int kConsumerRegs = kFp8 ? (kHeadDim == 128 ? 224 : 232) : 240;
   static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
 
   static constexpr int kPanels = kHeadDim * kElemBytes / 128;  // 128-byte column panels

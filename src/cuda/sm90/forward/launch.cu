@@ -182,6 +182,7 @@ bool run_forward(const AttentionParams& p) {
   a.m_blocks = static_cast<int>(m_blocks);
   a.heads = p.heads_q;
   a.batch = p.batch;
+  a.num_tiles = static_cast<int>(m_blocks * p.heads_q * p.batch);
 
   DeviceScope scope(p.device.index);
   int num_sms = 0;

@@ -15,7 +15,7 @@ namespace tessera::cuda::sm90 {
 template <typename T, int kHeadDim, int kBlockN, bool kMasked>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2>;
-  const long long tiles = static_cast<long long>(args.m_blocks) * args.heads * args.batch;
+  const long long tiles = args.num_tiles;
   if (tiles == 0) return;
   auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));

@@ -1,0 +1,54 @@
+"""Run one attention case a few times on the GPU through the Python module, for a profiler
+(ncu --kernel-name ... --launch-skip N) or a quick timing. The shapes follow the bench suites:
+tokens per batch 16384, heads 2048 / head_dim.
+
+  python3 bench/profile_case.py --op forward --dtype fp8 --d 128 --seq 16384 [--causal] [--iters 10]
+
+Under ncu, --launch-skip 1 skips the warm-up call.
+"""
+import argparse
+import torch
+
+import tessera
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--op", choices=["forward", "backward"], default="forward")
+    ap.add_argument("--dtype", choices=["bf16", "fp16", "fp8"], default="bf16")
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--seq", type=int, default=16384)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--iters", type=int, default=10)
+    a = ap.parse_args()
+    batch, heads = max(1, 16384 // a.seq), 2048 // a.d
+    shape = (batch, a.seq, heads, a.d)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    base = torch.bfloat16 if a.dtype != "fp16" else torch.float16
+    q, k, v = (torch.randn(shape, device="cuda", dtype=base, generator=g) for _ in range(3))
+    if a.dtype == "fp8":
+        q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+        run = lambda: tessera.attention_fp8(q, k, v, causal=a.causal)
+    elif a.op == "forward":
+        run = lambda: tessera.attention(q, k, v, causal=a.causal)
+    else:
+        out, lse = tessera.attention(q, k, v, causal=a.causal, return_lse=True)
+        dout = torch.randn_like(out)
+        run = lambda: tessera.attention_backward(q, k, v, out, dout, lse, causal=a.causal)
+    run()  # warm-up (module load, first-touch)
+    times = []
+    for _ in range(a.iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    ms = sorted(times)[len(times) // 2]
+    flops = 4.0 * batch * heads * a.seq * a.seq * a.d / (2 if a.causal else 1) * (2.5 if a.op == "backward" else 1)
+    print(f"{a.op} {a.dtype} d{a.d} seq{a.seq} causal={int(a.causal)}: median {ms:.3f} ms of {a.iters} "
+          f"({flops / ms / 1e9:.0f} TFLOP/s)")
+
+
+if __name__ == "__main__":
+    main()
