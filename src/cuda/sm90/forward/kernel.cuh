@@ -92,13 +92,15 @@ __device__ __forceinline__ void pack_weights_e4m3(const float (&s)[kBlockN / 8][
 // for wgmma), keys in the order of pack_weights_e4m3's permutation. A unit is 4 logical keys x
 // 8 columns: four 8-byte loads (the 4 key rows), two 4 x 4 byte transposes, eight 4-byte
 // stores. A warp takes 32 units at a time: 16 key groups x 2 adjacent column blocks (the two
-// 8-byte halves of one 16-byte chunk). Bank conflicts (8-byte loads are served per half-warp):
-// - loads: a half-warp is 8 key groups x both 8-byte halves, and lanes read their key rows in
-//   an order that depends on the lane (bit 2 swaps the even and odd row), so its 8 lanes of one
-//   half cover all 8 row residues mod 8: 32 distinct banks, one wavefront per half-warp (every
-//   lane in the same order hit 4 residues of one half: 8-way, 100 M conflicts in a 16k run);
-// - stores: the lanes of the second column block store their column groups in the opposite
-//   order (rows n and n + 4 mod 8 land in opposite halves of the swizzled row): 32 banks.
+// 8-byte halves of one 16-byte chunk). Shared-memory wavefronts per warp instruction:
+// - loads: lanes read their key rows in an order that depends on the lane (bit 2 swaps the
+//   even and odd row), so a half-warp (8-byte loads are served per half-warp) covers all 8 row
+//   residues mod 8 of one 8-byte half: 2 wavefronts per half-warp, 4 per load against 2 ideal
+//   (ncu); every lane in the same order was 8-way. A mapping with both halves in each half-warp
+//   reaches the ideal 2 but measured 3 % slower at d128 (same-machine A/B; d256 equal), so the
+//   loads are not the limit and this one stays;
+// - stores: the second half-warp stores its column groups in the opposite order (rows n and
+//   n + 4 mod 8 land in opposite halves of the swizzled row): 32 distinct banks, 1 wavefront.
 template <typename Tr>
 __device__ __forceinline__ void transpose_v_tile(const unsigned char* v, unsigned char* vt, int warp, int warps,
                                                  int lane) {
@@ -107,26 +109,25 @@ __device__ __forceinline__ void transpose_v_tile(const unsigned char* v, unsigne
   // Everything that depends only on the lane is computed once: the loop body is the 4 loads,
   // the byte permutes and the 8 stores plus a few adds (address arithmetic per unit was ~160
   // of ~190 SASS instructions when derived from the unit index).
-  const int half = (lane >> 3) & 1;                // which 8-byte half of the 16-byte column chunk
-  const int kg = (lane & 7) | ((lane >> 4) << 3);  // key group within the key half: 0..15
-  const int swap = (kg >> 2) & 1;                  // loads row key0 + 1 before key0 (and + 9 before + 8)
+  const int half = lane >> 4;        // which 8-byte half of the 16-byte column chunk
+  const int swap = (lane >> 2) & 1;  // loads row key0 + 1 before key0 (and + 9 before + 8)
   // byte_perm selectors of the 2 x 2 interleave with the two rows' registers swapped (each
   // selector nibble ^ 4 exchanges the operands).
   const std::uint32_t sel_lo = swap ? 0x1504u : 0x5140u, sel_hi = swap ? 0x3726u : 0x7362u;
   // Key group kg = 16 kh + (lane & 15) (logical keys 4 kg .. 4 kg + 3) reads physical rows
   // key0 + {0, 1, 8, 9}; the second key half (kh = 1) is 64 rows further.
-  const int q8 = kg % 8;
+  const int kg = lane & 15, q8 = kg % 8;
   const int key0 = 32 * (kg / 8) + 16 * (q8 / 4) + 2 * (q8 % 4);
   const int res_even = (key0 + swap) % 8, res_odd = (key0 + (swap ^ 1)) % 8;  // row residues of loads 0/2, 1/3
   const unsigned char* lane_src = v + (key0 + swap) * 128 + 8 * half;
   const int odd_step = 128 - 256 * swap;  // row of loads 1/3 minus row of loads 0/2
   // V^T row n = 16 cp + 8 half + 4 mm + j holds logical keys of this lane at 16-byte chunk
-  // (((kg >> 2) & 3) ^ j) | ((kh ^ mm) << 2) of the swizzled row, byte 4 (kg & 3).
-  unsigned char* lane_dst = vt + (8 * half) * 128 + 4 * (kg & 3);
-  const int xq = (kg >> 2) & 3;
+  // (((lane >> 2) & 3) ^ j) | ((kh ^ mm) << 2) of the swizzled row, byte 4 (lane & 3).
+  unsigned char* lane_dst = vt + (8 * half) * 128 + 4 * (lane & 3);
+  const int xq = (lane >> 2) & 3;
   for (int c = warp; c < kChunks; c += warps) {
-    const int kh = c & 1, cp = c >> 1, cc = cp & 7;  // cc: the 16-byte chunk of the columns in their panel
-    const unsigned char* src = lane_src + kh * (64 * 128) + (cp >> 3) * Tr::kKVPanelBytes;
+    const int kh = c & 1, cp = c >> 1, cc = cp % 8;  // cc: the 16-byte chunk of the columns in their panel
+    const unsigned char* src = lane_src + kh * (64 * 128) + (cp / 8) * Tr::kKVPanelBytes;
     const int even_chunk = (cc ^ res_even) * 16, odd_chunk = odd_step + (cc ^ res_odd) * 16;
     uint2 w[4];  // w[i]: row key0 + ((i & 1) ^ swap) + 8 (i >> 1)
     w[0] = *reinterpret_cast<const uint2*>(src + even_chunk);
@@ -134,7 +135,7 @@ __device__ __forceinline__ void transpose_v_tile(const unsigned char* v, unsigne
     w[2] = *reinterpret_cast<const uint2*>(src + 8 * 128 + even_chunk);
     w[3] = *reinterpret_cast<const uint2*>(src + 8 * 128 + odd_chunk);
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {  // the second column block does its column groups in reverse
+    for (int m = 0; m < 2; ++m) {  // the second half-warp does its column groups in reverse
       const int mm = m ^ half;     // columns 16 cp + 8 half + 4 mm + 0..3
       const std::uint32_t x0 = mm ? w[0].y : w[0].x, x1 = mm ? w[1].y : w[1].x;
       const std::uint32_t x2 = mm ? w[2].y : w[2].x, x3 = mm ? w[3].y : w[3].x;
