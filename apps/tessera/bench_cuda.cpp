@@ -55,6 +55,53 @@ double cuda_median_ms(const std::function<void()>& fn, double min_time) {
   return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
 }
 
+// Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues (captured
+// once on a stream of its own): the GPU-side cost of a call as a serving engine that replays
+// graphs sees it, without the host time of the call itself.
+double cuda_graph_median_ms(const std::function<void(cudaStream_t)>& fn, double min_time) {
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  try {
+    fn(stream);
+  } catch (...) {  // leave no stream in capture mode behind (later cases would fail on it)
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaGetLastError();
+    throw;
+  }
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  check(cudaStreamSynchronize(stream), "warm-up");
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  std::vector<double> ms;
+  double total = 0;
+  while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
+    check(cudaEventRecord(a, stream), "cudaEventRecord");
+    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    check(cudaEventRecord(b, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(b), "timed replay");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(t);
+    total += t;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+}
+
 // Fills a device buffer with random values of `dtype` (a 16 MiB random block, repeated).
 void fill_random(DeviceBuffer& buf, DType dtype, std::uint64_t seed) {
   const std::size_t block = std::min<std::size_t>(buf.bytes(), 16u << 20);
@@ -325,7 +372,9 @@ struct PlannedBatch {
     attn.plan(p.q_lens, p.kv_lens, facts, w);
     check(cudaDeviceSynchronize(), "plan");
   }
-  void run(const PagedSetup& p) const { attn.run(p.tq, p.cache, p.table, p.to, Tensor(), w); }
+  void run(const PagedSetup& p, cudaStream_t stream = nullptr) const {
+    attn.run(p.tq, p.cache, p.table, p.to, Tensor(), w, ExecutionContext{stream, 0});
+  }
 };
 
 void fill_keys(Row& r, const PagedSetup& p) {
@@ -348,20 +397,24 @@ Row not_run(Row r, const std::exception& e) {
   return r;
 }
 
+// graph: time replays of a CUDA graph holding run() (rows of kind "<kind>_graph") instead of
+// run() calls.
 Row paged_case(const Context& ctx, const std::string& name, const std::vector<std::int32_t>& q_lens,
-               const std::vector<std::int32_t>& kv_lens) {
+               const std::vector<std::int32_t>& kv_lens, bool graph = false) {
   Row r;
   r.name = name;
   try {
     PagedSetup p(ctx.device, q_lens, kv_lens, 20);
     r.shape = p.shape();
     fill_keys(r, p);
+    if (graph) r.kind += "_graph";
     PlannedBatch b(p, ctx.device);
-    const double ms = cuda_median_ms([&] { b.run(p); }, ctx.min_time);
+    const double ms = graph ? cuda_graph_median_ms([&](cudaStream_t s) { b.run(p, s); }, ctx.min_time)
+                            : cuda_median_ms([&] { b.run(p); }, ctx.min_time);
     r.seconds = ms * 1e-3;
     if (p.q_max == 1) {
       r.bytes = p.kv_bytes();
-      r.note = "run() only, bytes of K+V; ";
+      r.note = graph ? "graph replay of run(), bytes of K+V; " : "run() only, bytes of K+V; ";
     } else {
       r.flops = 4.0 * kHq * kD * p.causal_pairs();
       r.note = "run() only, exact causal pairs; ";
@@ -380,6 +433,17 @@ void run_decode(const Context& ctx, const Emit& emit) {
   for (const C& c : cases)
     emit(paged_case(ctx, "decode bf16 GQA 4", std::vector<std::int32_t>(c.batch, 1),
                     std::vector<std::int32_t>(c.batch, c.kv)));
+}
+
+// The same cases as cuda.decode, each run() captured once in a CUDA graph and replayed (how
+// serving engines run decode steps); bench/peers.py times the peers' calls the same way.
+void run_decode_graph(const Context& ctx, const Emit& emit) {
+  struct C { int batch, kv; };
+  const std::vector<C> cases = ctx.quick ? std::vector<C>{{8, 32768}}
+                                         : std::vector<C>{{1, 131072}, {8, 32768}, {64, 4096}, {128, 8192}, {256, 2048}};
+  for (const C& c : cases)
+    emit(paged_case(ctx, "decode bf16 GQA 4 (graph)", std::vector<std::int32_t>(c.batch, 1),
+                    std::vector<std::int32_t>(c.batch, c.kv), true));
 }
 
 void run_mixed(const Context& ctx, const Emit& emit) {
@@ -567,6 +631,7 @@ TESSERA_BENCH_SUITE(cuda_forward_fp8, {"cuda.forward_fp8", DeviceKind::cuda,
 TESSERA_BENCH_SUITE(cuda_backward, {"cuda.backward", DeviceKind::cuda, "dense backward bf16, same shapes as cuda.forward",
                                     [](const Context& c, const Emit& e) { run_dense(c, e, true); }});
 TESSERA_BENCH_SUITE(cuda_decode, {"cuda.decode", DeviceKind::cuda, "paged decode, GQA 32/8, d128: 1x128k .. 256x2k (bytes of K+V per second)", run_decode});
+TESSERA_BENCH_SUITE(cuda_decode_graph, {"cuda.decode_graph", DeviceKind::cuda, "cuda.decode's cases as CUDA graph replays of run() (no host time in the span)", run_decode_graph});
 TESSERA_BENCH_SUITE(cuda_mixed, {"cuda.mixed", DeviceKind::cuda, "one paged batch of 8 prefill chunks and 128 decode tokens", run_mixed});
 TESSERA_BENCH_SUITE(cuda_split, {"cuda.split", DeviceKind::cuda, "decode batch 1 (128k, 32k): SplitPolicy automatic vs disabled (GB/s of K+V)", run_split});
 TESSERA_BENCH_SUITE(cuda_mixed_vs_separate, {"cuda.mixed_vs_separate", DeviceKind::cuda,
