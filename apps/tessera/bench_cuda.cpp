@@ -269,6 +269,56 @@ void run_dense_fp8(const Context& ctx, const Emit& emit) {
   }
 }
 
+// Ragged (packed variable-length) forward, bf16, head_dim 128, 16 heads: the 16k tokens of the
+// dense suites split into n sequences of random lengths (mean 16384 / n), cu_seqlens on the
+// device. Shows what a packed batch costs beside the dense rows of the same token count (the
+// CUDA paths size their tile space by a bound on the longest sequence: total tokens).
+void run_ragged(const Context& ctx, const Emit& emit) {
+  const std::vector<int> counts = ctx.quick ? std::vector<int>{16} : std::vector<int>{16, 128};
+  constexpr int d = 128, h = static_cast<int>(DenseBuffers::kWidth / d);
+  constexpr int total = static_cast<int>(DenseBuffers::kTokens);
+  DenseBuffers buf(ctx.device, false);
+  const DType dt = DType::bf16;
+  const Device dev = ctx.device;
+  for (int n : counts) {
+    // Lengths uniform in [mean / 2, 3 mean / 2], the last one taking the remainder.
+    std::mt19937_64 rng(static_cast<std::uint64_t>(n));
+    const int mean = total / n;
+    std::uniform_int_distribution<int> len(mean / 2, mean + mean / 2);
+    std::vector<std::int32_t> cu(1, 0);
+    for (int i = 0; i + 1 < n; ++i) cu.push_back(cu.back() + len(rng));
+    cu.push_back(total);
+    double pairs_full = 0, pairs_causal = 0;
+    for (int i = 0; i < n; ++i) {
+      const double l = cu[i + 1] - cu[i];
+      pairs_full += l * l;
+      pairs_causal += l * l / 2;  // the dense suites' convention: causal halves the FLOPs
+    }
+    DeviceBuffer dcu(dev, cu.size() * sizeof(std::int32_t));
+    dcu.upload(cu.data(), cu.size() * sizeof(std::int32_t));
+    const Tensor tcu(dcu.data(), DType::i32, {static_cast<std::int64_t>(cu.size())}, dev);
+    const Tensor q(buf.q.data(), dt, {total, h, d}, dev), k(buf.k.data(), dt, {total, h, d}, dev),
+        v(buf.v.data(), dt, {total, h, d}, dev), o(buf.o.data(), dt, {total, h, d}, dev);
+    for (bool causal : {false, true}) {
+      AttentionOptions opt;
+      opt.causal = causal;
+      Row r = dense_row("forward_ragged", dt, n, h, mean, d, causal);
+      r.shape = "n" + std::to_string(n) + " t" + std::to_string(total) + " h" + std::to_string(h) + " d128";
+      try {
+        const double ms =
+            cuda_median_ms([&] { attention_forward_ragged(q, k, v, tcu, tcu, o, Tensor(), opt); }, ctx.min_time);
+        r.flops = 4.0 * h * d * (causal ? pairs_causal : pairs_full);
+        r.seconds = ms * 1e-3;
+        r.note = "lengths " + std::to_string(mean / 2) + ".." + std::to_string(mean + mean / 2) + ", cu_seqlens on the device";
+      } catch (const std::exception& e) {
+        r.note = std::string("not run: ") + e.what();
+        r.flops = 0;
+      }
+      emit(r);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Paged batches through BatchAttention (run() timed; plan() once before).
 // GQA 32/8, head dim 128, page size 16, bf16; K, V and q filled with random values.
@@ -630,6 +680,7 @@ TESSERA_BENCH_SUITE(cuda_forward_fp8, {"cuda.forward_fp8", DeviceKind::cuda,
                                        run_dense_fp8});
 TESSERA_BENCH_SUITE(cuda_backward, {"cuda.backward", DeviceKind::cuda, "dense backward bf16, same shapes as cuda.forward",
                                     [](const Context& c, const Emit& e) { run_dense(c, e, true); }});
+TESSERA_BENCH_SUITE(cuda_forward_ragged, {"cuda.forward_ragged", DeviceKind::cuda, "ragged forward bf16 d128: the 16k tokens as 16 or 128 sequences of random lengths, causal and not", run_ragged});
 TESSERA_BENCH_SUITE(cuda_decode, {"cuda.decode", DeviceKind::cuda, "paged decode, GQA 32/8, d128: 1x128k .. 256x2k (bytes of K+V per second)", run_decode});
 TESSERA_BENCH_SUITE(cuda_decode_graph, {"cuda.decode_graph", DeviceKind::cuda, "cuda.decode's cases as CUDA graph replays of run() (no host time in the span)", run_decode_graph});
 TESSERA_BENCH_SUITE(cuda_mixed, {"cuda.mixed", DeviceKind::cuda, "one paged batch of 8 prefill chunks and 128 decode tokens", run_mixed});
