@@ -26,6 +26,10 @@ struct FwdArgs {
   const std::int32_t* cu_seqlens_k = nullptr;
   int seq_q = 0;  // dense: every sequence's length; ragged: an upper bound (sizes the grid)
   int seq_k = 0;
+  // Ragged: > 0 when grid x counts virtual query blocks over this many sequences
+  // (math/ragged_tiles.h; grid z is then 1); total_q sizes that grid (host side only).
+  int virtual_batch = 0;
+  std::int64_t total_q = 0;
   int group = 1;  // heads_q / heads_kv
   float scale = 1.0f;
   float scale_log2 = 1.0f;  // scale * log2(e), for exp2 softmax

@@ -14,6 +14,7 @@
 #include "cuda/sm80/forward/mainloop.cuh"
 #include "cuda/sm80/forward/softmax.cuh"
 #include "math/mask.h"
+#include "math/ragged_tiles.h"
 #include "math/online_softmax.h"
 
 namespace tessera::cuda::sm80 {
@@ -39,10 +40,17 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, q = lane & 3;
-  const int b = blockIdx.z;
   const int h = blockIdx.y;
-  // Later query tiles see more keys under a causal mask; start them first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
+  // Later query tiles see more keys under a causal mask; start them first. Ragged batches on
+  // a virtual grid (math/ragged_tiles.h) map the block back to its sequence.
+  int b = blockIdx.z;
+  int m_block = gridDim.x - 1 - blockIdx.x;
+  if (a.virtual_batch > 0) {
+    const math::RaggedBlock rb = math::ragged_block(a.cu_seqlens_q, a.virtual_batch, BM, m_block);
+    if (!rb.active) return;  // a gap block between two sequences
+    b = rb.seq;
+    m_block = rb.block;
+  }
 
   // Sequence b's rows: dense tensors index b through the batch stride; ragged ones through
   // cu_seqlens (batch strides are 0 there).
@@ -155,14 +163,20 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
   // would only occupy registers there; under a 128-register cap they spilled).
   int out_len = a.seq_q;
   std::int64_t out_row0 = 0;
-  if (a.cu_seqlens_q != nullptr) {
-    out_row0 = a.cu_seqlens_q[b];
-    out_len = a.cu_seqlens_q[b + 1] - static_cast<int>(out_row0);
+  int eb = blockIdx.z, em = gridDim.x - 1 - blockIdx.x;  // b and m_block, derived again
+  if (a.virtual_batch > 0) {
+    const math::RaggedBlock rb = math::ragged_block(a.cu_seqlens_q, a.virtual_batch, BM, em);
+    eb = rb.seq;
+    em = rb.block;
   }
-  const int out_r0 = m_block * BM + RW * (threadIdx.x >> 5);  // = wr0
+  if (a.cu_seqlens_q != nullptr) {
+    out_row0 = a.cu_seqlens_q[eb];
+    out_len = a.cu_seqlens_q[eb + 1] - static_cast<int>(out_row0);
+  }
+  const int out_r0 = em * BM + RW * (threadIdx.x >> 5);  // = wr0
   out_row0 += out_r0;
-  T* o_ptr = static_cast<T*>(a.o) + b * a.o_batch + out_row0 * a.o_row + h * a.o_head;
-  float* lse_ptr = a.lse == nullptr ? nullptr : a.lse + b * a.lse_batch + h * a.lse_head + out_row0;
+  T* o_ptr = static_cast<T*>(a.o) + eb * a.o_batch + out_row0 * a.o_row + h * a.o_head;
+  float* lse_ptr = a.lse == nullptr ? nullptr : a.lse + eb * a.lse_batch + h * a.lse_head + out_row0;
 #pragma unroll
   for (int ra = 0; ra < RA; ++ra)
     epilogue_store<Tr, T>(o[ra], rows[ra], sQ + (RW * warp + 16 * ra) * D, o_ptr + 16 * ra * a.o_row, a.o_row,

@@ -60,6 +60,7 @@ void run_forward(const AttentionParams& p) {
   }
   a.seq_q = p.seq_q;
   a.seq_k = p.seq_k;
+  a.total_q = p.total_q;
   a.group = p.heads_q / p.heads_kv;
   a.scale = p.mask.scale;
   a.scale_log2 = p.mask.scale * math::kLog2e;

@@ -43,6 +43,9 @@ struct FwdArgs {
   int m_blocks = 0;
   int heads = 0;
   int batch = 0;
+  // Ragged batches with device cu_seqlens: m_blocks counts virtual query blocks over all
+  // sequences (math/ragged_tiles.h) and the tile space is m_blocks x heads (no batch factor).
+  bool ragged_virtual = false;
   // m_blocks x heads x batch, computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;

@@ -36,6 +36,7 @@
 #include "cuda/sm90/forward/kernel_traits.cuh"
 #include "math/mask.h"
 #include "math/online_softmax.h"
+#include "math/ragged_tiles.h"
 
 namespace tessera::cuda::sm90 {
 
@@ -172,12 +173,20 @@ template <int BM, int BN, bool kMasked>
 __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   TileCoords c;
   const int head_seq = tile / a.m_blocks;
-  c.m0 = (a.m_blocks - 1 - tile % a.m_blocks) * BM;
+  const int m_block = a.m_blocks - 1 - tile % a.m_blocks;
+  c.m0 = m_block * BM;
   c.head = head_seq % a.heads;
   c.seq = head_seq / a.heads;
   c.q_len = a.seq_q;
   c.k_len = a.seq_k;
   if (a.cu_seqlens_q != nullptr) {
+    if (a.ragged_virtual) {  // m_block is a virtual block over every sequence (math/ragged_tiles.h)
+      const math::RaggedBlock rb = math::ragged_block(a.cu_seqlens_q, a.batch, BM, m_block);
+      c.head = head_seq;
+      c.seq = rb.seq;
+      c.m0 = rb.block * BM;
+      if (!rb.active) return c;  // a gap block between two sequences (active stays false)
+    }
     c.q_row0 = a.cu_seqlens_q[c.seq];
     c.q_len = a.cu_seqlens_q[c.seq + 1] - c.q_row0;
     c.k_row0 = a.cu_seqlens_k[c.seq];

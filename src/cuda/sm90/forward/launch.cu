@@ -18,6 +18,7 @@
 #include "cuda/primitives/sm90/tensor_map.h"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/forward_sm90.h"
+#include "math/ragged_tiles.h"
 #include "cuda/sm90/forward/kernel_traits.cuh"
 #include "math/online_softmax.h"
 #include "tessera/error.h"
@@ -177,12 +178,22 @@ bool run_forward(const AttentionParams& p) {
   // The kernel numbers tiles in int and a grid holds at most 2^31 - 1 CTAs: larger tile spaces
   // (ragged batches size theirs by a bound on the longest sequence) go to the portable path,
   // whose 3D grid has no such limit.
-  const long long m_blocks = (static_cast<long long>(p.seq_q) + box_m - 1) / box_m;
-  if (m_blocks * p.heads_q * p.batch > 0x7fffffffLL) return false;
+  // Ragged: blocks of the longest sequence x sequences, or virtual blocks over all sequences
+  // (math/ragged_tiles.h), whichever is fewer; with device cu_seqlens seq_q is only the total
+  // token count, and the virtual numbering avoids a batch-times-too-large grid.
+  long long m_blocks = (static_cast<long long>(p.seq_q) + box_m - 1) / box_m;
+  long long tiles = m_blocks * p.heads_q * p.batch;
+  const long long virtual_blocks = ragged ? math::ragged_virtual_blocks(p.total_q, p.batch, box_m) : 0;
+  a.ragged_virtual = ragged && virtual_blocks * p.heads_q < tiles;
+  if (a.ragged_virtual) {
+    m_blocks = virtual_blocks;
+    tiles = virtual_blocks * p.heads_q;
+  }
+  if (tiles > 0x7fffffffLL) return false;
   a.m_blocks = static_cast<int>(m_blocks);
   a.heads = p.heads_q;
   a.batch = p.batch;
-  a.num_tiles = static_cast<int>(m_blocks * p.heads_q * p.batch);
+  a.num_tiles = static_cast<int>(tiles);
 
   DeviceScope scope(p.device.index);
   int num_sms = 0;

@@ -1,0 +1,44 @@
+// Query blocks of a ragged batch numbered without a per-sequence bound. When the longest
+// sequence is not known on the host (cu_seqlens in device memory), a grid of
+// (blocks of the longest sequence) x sequences must assume total rows per sequence: batch times
+// too many CTAs, nearly all of them empty. Instead, sequence s (rows cu[s] .. cu[s + 1]) owns
+// the virtual blocks [first(s), first(s) + ceil(len_s / B)), first(s) = floor(cu[s] / B) + s.
+// These ranges are disjoint and increasing (first(s + 1) >= first(s) + ceil(len_s / B), since
+// floor(a / B) + ceil(L / B) <= floor((a + L) / B) + 1), and all lie below floor(total / B) +
+// batch. A kernel maps its virtual block back by a binary search over cu (log2(batch) reads).
+// tests/cpu/test_ragged_tiles.cpp checks the mapping.
+#pragma once
+
+#include <cstdint>
+
+#include "math/host_device.h"
+
+namespace tessera::math {
+
+// Virtual query blocks of B rows for `batch` sequences packed into total_rows rows.
+TESSERA_HD std::int64_t ragged_virtual_blocks(std::int64_t total_rows, int batch, int block_rows) {
+  return total_rows / block_rows + batch;
+}
+
+struct RaggedBlock {
+  int seq = 0;          // the sequence the virtual block falls in
+  int block = 0;        // block index within the sequence
+  bool active = false;  // false: past the sequence's last row (a gap block, nothing to do)
+};
+
+// Virtual block v (0 <= v < ragged_virtual_blocks) of cu (batch + 1 prefix sums, cu[0] = 0).
+TESSERA_HD RaggedBlock ragged_block(const std::int32_t* cu, int batch, int block_rows, std::int64_t v) {
+  int lo = 0, hi = batch - 1;  // the last s with first(s) <= v
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cu[mid] / block_rows + mid <= v) lo = mid;
+    else hi = mid - 1;
+  }
+  RaggedBlock r;
+  r.seq = lo;
+  r.block = static_cast<int>(v - (cu[lo] / block_rows + lo));
+  r.active = batch > 0 && static_cast<std::int64_t>(r.block) * block_rows < cu[lo + 1] - cu[lo];
+  return r;
+}
+
+}  // namespace tessera::math
