@@ -71,8 +71,16 @@ TEST(RaggedTiles, EdgeBatches) {
   check_batch({128}, 128);
   check_batch({129, 0, 127, 1}, 128);
   check_batch({100000, 1, 1, 1}, 128);  // one long sequence beside short ones
-  // The count: far below (blocks of the longest) x batch when lengths differ.
-  EXPECT_EQ(math::ragged_virtual_blocks(16384, 128, 128), 128 + 128);
+  check_batch({256, 128, 384}, 128);
+  // The count: 128 sequences of 128 rows take 255 virtual blocks (128 real, 127 gaps), not the
+  // 128 x 128 of a grid sized by the total.
+  EXPECT_EQ(math::ragged_virtual_blocks(16384, 128, 128), 255);
+  // A violated contract (cu[0] > 0) maps the rows before cu[0] to no block.
+  const std::int32_t shifted[] = {100, 300};
+  for (std::int64_t v = 0; v < math::ragged_virtual_blocks(300, 1, 128); ++v) {
+    const math::RaggedBlock rb = math::ragged_block(shifted, 1, 128, v);
+    EXPECT_TRUE(!rb.active || (rb.block >= 0 && rb.block * 128 < 200)) << "block " << v;
+  }
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ template <typename T, int kHeadDim>
 void launch_forward(const FwdArgs& args_in, int batch, int heads_q, void* stream) {
   using Tr = FwdTraits<kHeadDim>;
   FwdArgs args = args_in;
-  long long q_tiles = (args.seq_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  long long q_tiles = (static_cast<long long>(args.seq_q) + Tr::kBlockM - 1) / Tr::kBlockM;
   if (q_tiles == 0 || batch == 0 || heads_q == 0) return;
   // Ragged with only a bound on the longest sequence: virtual blocks over all sequences when
   // they are fewer than (blocks of the bound) x sequences.

@@ -22,7 +22,7 @@ struct FwdArgs {
   std::int64_t lse_batch = 0, lse_head = 0;
   const std::int32_t* cu_seqlens_q = nullptr;  // both null for dense input
   const std::int32_t* cu_seqlens_k = nullptr;
-  int seq_q = 0;  // dense: every sequence's length; ragged: the longest (sizes the grid)
+  int seq_q = 0;  // dense: every sequence's length; ragged: a bound on the longest (the total with device cu_seqlens)
   int seq_k = 0;
   int group = 1;  // heads_q / heads_kv
   float scale = 1.0f;
@@ -46,7 +46,7 @@ struct FwdArgs {
   // Ragged batches with device cu_seqlens: m_blocks counts virtual query blocks over all
   // sequences (math/ragged_tiles.h) and the tile space is m_blocks x heads (no batch factor).
   bool ragged_virtual = false;
-  // m_blocks x heads x batch, computed on the host: read from the parameter bank where the
+  // m_blocks x heads x batch (x heads when ragged_virtual), computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;
 };

@@ -174,7 +174,7 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   TileCoords c;
   const int head_seq = tile / a.m_blocks;
   const int m_block = a.m_blocks - 1 - tile % a.m_blocks;
-  c.m0 = m_block * BM;
+  if (!a.ragged_virtual) c.m0 = m_block * BM;  // (a virtual block index times BM may not fit an int)
   c.head = head_seq % a.heads;
   c.seq = head_seq / a.heads;
   c.q_len = a.seq_q;
