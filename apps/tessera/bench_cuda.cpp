@@ -29,19 +29,18 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
-double cuda_median_ms(const std::function<void()>& fn, double min_time) {
-  for (int i = 0; i < 3; ++i) fn();
-  check(cudaDeviceSynchronize(), "warm-up");
+// Median milliseconds of launch() on `stream`, each call between two events, until min_time
+// seconds (at least 5 calls, at most 200) have been timed.
+double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time) {
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "cudaEventCreate");
   check(cudaEventCreate(&b), "cudaEventCreate");
   std::vector<double> ms;
   double total = 0;
   while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
-    check(cudaEventRecord(a), "cudaEventRecord");
-    fn();
-    check(cudaEventRecord(b), "cudaEventRecord");
+    check(cudaEventRecord(a, stream), "cudaEventRecord");
+    launch();
+    check(cudaEventRecord(b, stream), "cudaEventRecord");
     check(cudaEventSynchronize(b), "timed run");
     float t = 0;
     check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
@@ -53,6 +52,13 @@ double cuda_median_ms(const std::function<void()>& fn, double min_time) {
   std::sort(ms.begin(), ms.end());
   const std::size_t n = ms.size();
   return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+}
+
+// Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
+double cuda_median_ms(const std::function<void()>& fn, double min_time) {
+  for (int i = 0; i < 3; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  return median_event_ms(nullptr, fn, min_time);
 }
 
 // Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues (captured
@@ -75,31 +81,25 @@ double cuda_graph_median_ms(const std::function<void(cudaStream_t)>& fn, double 
   }
   check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  const auto replay = [&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); };
+  for (int i = 0; i < 3; ++i) replay();
   check(cudaStreamSynchronize(stream), "warm-up");
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  std::vector<double> ms;
-  double total = 0;
-  while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
-    check(cudaEventRecord(a, stream), "cudaEventRecord");
-    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    check(cudaEventRecord(b, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(b), "timed replay");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    ms.push_back(t);
-    total += t;
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const double ms = median_event_ms(stream, replay, min_time);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
-  std::sort(ms.begin(), ms.end());
-  const std::size_t n = ms.size();
-  return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return ms;
+}
+
+// Times fn into r (seconds, flops); a failure becomes a "not run" row instead.
+void time_row(Row& r, double flops, const std::function<void()>& fn, double min_time) {
+  try {
+    r.seconds = cuda_median_ms(fn, min_time) * 1e-3;
+    r.flops = flops;
+  } catch (const std::exception& e) {
+    r.note = std::string("not run: ") + e.what();
+    r.flops = 0;
+  }
 }
 
 // Fills a device buffer with random values of `dtype` (a 16 MiB random block, repeated).
@@ -254,15 +254,8 @@ void run_dense_fp8(const Context& ctx, const Emit& emit) {
         AttentionOptions opt;
         opt.causal = causal;
         Row r = dense_row("forward", dt, b, h, s, d, causal);
-        try {
-          const double ms =
-              cuda_median_ms([&] { attention_forward_fp8(tq, tk, tv, descale, to, Tensor(), opt); }, ctx.min_time);
-          r.flops = forward_flops(b, h, s, s, d, causal);
-          r.seconds = ms * 1e-3;
-        } catch (const std::exception& e) {
-          r.note = std::string("not run: ") + e.what();
-          r.flops = 0;
-        }
+        time_row(r, forward_flops(b, h, s, s, d, causal),
+                 [&] { attention_forward_fp8(tq, tk, tv, descale, to, Tensor(), opt); }, ctx.min_time);
         emit(r);
       }
     }
@@ -304,16 +297,9 @@ void run_ragged(const Context& ctx, const Emit& emit) {
       opt.causal = causal;
       Row r = dense_row("forward_ragged", dt, n, h, mean, d, causal);
       r.shape = "n" + std::to_string(n) + " t" + std::to_string(total) + " h" + std::to_string(h) + " d128";
-      try {
-        const double ms =
-            cuda_median_ms([&] { attention_forward_ragged(q, k, v, tcu, tcu, o, Tensor(), opt); }, ctx.min_time);
-        r.flops = 4.0 * h * d * (causal ? pairs_causal : pairs_full);
-        r.seconds = ms * 1e-3;
-        r.note = "lengths " + std::to_string(mean / 2) + ".." + std::to_string(mean + mean / 2) + ", cu_seqlens on the device";
-      } catch (const std::exception& e) {
-        r.note = std::string("not run: ") + e.what();
-        r.flops = 0;
-      }
+      r.note = "lengths " + std::to_string(mean / 2) + ".." + std::to_string(mean + mean / 2) + ", cu_seqlens on the device";
+      time_row(r, 4.0 * h * d * (causal ? pairs_causal : pairs_full),
+               [&] { attention_forward_ragged(q, k, v, tcu, tcu, o, Tensor(), opt); }, ctx.min_time);
       emit(r);
     }
   }
