@@ -335,10 +335,11 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   const int g = lane / 4, q = lane % 4;
 
   // Pingpong turns (see the top of this file): warpgroup 0 goes first; the sequence of turns
-  // runs on across tiles (both warpgroups take the same turns per tile) and warpgroup 0 takes
+  // runs on across tiles (every warpgroup takes the same turns per tile) and warpgroup 0 takes
   // the last arrival at the end.
   constexpr int kWarpgroups = Tr::kConsumerWarpgroups;
   static_assert(kWarpgroups <= kTurnBarrier0 - kEpilogueBarrier0, "one epilogue barrier per warpgroup");
+  static_assert(kTurnBarrier0 + kWarpgroups <= 16, "named barrier ids 0..15");
   auto take_turn = [&] { named_barrier_sync(kTurnBarrier0 + c, 256); };
   // The next warpgroup's id, computed where it is used (a value kept live across the loop cost
   // the d128 x 176 instance a spill).

@@ -2,11 +2,11 @@
 //
 // A CTA (persistent, one per SM, for unmasked dense problems; one per tile otherwise) has 1
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
-// with setmaxnreg) and 2 consumer warpgroups, each owning 64 query rows of the 128-row Q tile:
-// S = Q K^T (wgmma, both operands in smem) and O += P V (P from registers, V MN-major in smem;
-// for fp8, V^T K-major, transposed by three producer warps). K and V tiles stream through a ring
-// of kStages stages, each with a "full" mbarrier (TMA bytes landed) and an "empty" one (all 8
-// consumer warps done reading).
+// with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64), each owning 64 query rows of
+// the 128-row (192-row) Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from
+// registers, V MN-major in smem; for fp8, V^T K-major, transposed by three producer warps). K
+// and V tiles stream through a ring of kStages stages, each with a "full" mbarrier (TMA bytes
+// landed) and an "empty" one (every consumer warp done reading).
 //
 // Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 128 bytes of
 // head-dim columns (64 16-bit or 128 fp8 elements), rows 128 bytes apart, each panel 1024-byte
