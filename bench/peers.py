@@ -120,8 +120,26 @@ def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward):
             torch.cuda.empty_cache()
 
 
-def decode(reps, rows, configs, dtype_name):
-    """Dense-KV decode (one query token) through cuDNN/flash: bytes of K+V read per second."""
+def graph_of(fn):
+    """fn captured in a CUDA graph (after warm-up on a side stream, as torch requires); returns
+    the replay."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def decode(reps, rows, configs, dtype_name, graph=False):
+    """Dense-KV decode (one query token) through cuDNN/flash: bytes of K+V read per second.
+    graph: time replays of a CUDA graph of the call (suite "decode_graph"), as tessera's
+    cuda.decode_graph does."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -136,11 +154,13 @@ def decode(reps, rows, configs, dtype_name):
             try:
                 with sdpa_kernel(be):
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                    ms = time_ms(fn, reps)
-                rows.append(dict(suite="decode", backend=name, dtype=dtype_name, head_dim=d, seq=ctx, batch=batch,
-                                 heads=hq, causal=0, ms=ms, tflops=0, gbps=kv_bytes / ms / 1e6))
+                    ms = time_ms(graph_of(fn) if graph else fn, reps)
+                rows.append(dict(suite="decode_graph" if graph else "decode", backend=name, dtype=dtype_name,
+                                 head_dim=d, seq=ctx, batch=batch, heads=hq, causal=0, ms=ms, tflops=0,
+                                 gbps=kv_bytes / ms / 1e6))
             except Exception as e:
-                print(f"# decode {name} b={batch} ctx={ctx}: {type(e).__name__}: {e}", file=sys.stderr)
+                print(f"# decode{' graph' if graph else ''} {name} b={batch} ctx={ctx}: {type(e).__name__}: {e}",
+                      file=sys.stderr)
         del q, k, v
         torch.cuda.empty_cache()
 
@@ -169,7 +189,9 @@ def main():
     hds = [128] if args.quick else [int(x) for x in args.head_dims.split(",")]
     dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward)
     if not args.no_decode:
-        decode(args.reps, rows, [(1, 131072), (8, 32768), (64, 4096), (128, 8192), (256, 2048)], "bf16")
+        configs = [(1, 131072), (8, 32768), (64, 4096), (128, 8192), (256, 2048)]
+        decode(args.reps, rows, configs, "bf16")
+        decode(args.reps, rows, configs, "bf16", graph=True)
     fields = ["suite", "backend", "dtype", "head_dim", "seq", "batch", "heads", "causal", "ms", "tflops", "gbps"]
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)

@@ -3,6 +3,8 @@
 tokens per batch 16384, heads 2048 / head_dim.
 
   python3 bench/profile_case.py --op forward --dtype fp8 --d 128 --seq 16384 [--causal] [--iters 10]
+  python3 bench/profile_case.py --ragged 128 --d 128 [--causal]   (16384 tokens packed as 128
+      sequences of random lengths, cu_seqlens on the device, as the bench suite cuda.forward_ragged)
 
 Under ncu, --launch-skip 1 skips the warm-up call.
 """
@@ -20,13 +22,31 @@ def main():
     ap.add_argument("--seq", type=int, default=16384)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--ragged", type=int, default=0, metavar="SEQUENCES",
+                    help="forward over 16384 packed tokens split into this many random lengths")
     a = ap.parse_args()
     batch, heads = max(1, 16384 // a.seq), 2048 // a.d
     shape = (batch, a.seq, heads, a.d)
     g = torch.Generator(device="cuda").manual_seed(0)
     base = torch.bfloat16 if a.dtype != "fp16" else torch.float16
-    q, k, v = (torch.randn(shape, device="cuda", dtype=base, generator=g) for _ in range(3))
-    if a.dtype == "fp8":
+    if a.ragged:
+        total = 16384
+        cuts = torch.randperm(total - 1, generator=torch.Generator().manual_seed(0))[:a.ragged - 1] + 1
+        cu = torch.cat([torch.tensor([0]), cuts.sort().values, torch.tensor([total])]).to(torch.int32)
+        lengths = (cu[1:] - cu[:-1]).double()
+        q, k, v = (torch.randn((total, heads, a.d), device="cuda", dtype=base, generator=g) for _ in range(3))
+        cu_dev = cu.cuda()
+        run = lambda: tessera.attention_ragged(q, k, v, cu_dev, cu_dev, causal=a.causal)
+        a.op, a.seq = "forward_ragged", a.ragged
+        # Summed over the sequences; causal counts the l(l+1)/2 unmasked pairs of each sequence.
+        pairs = float((lengths * (lengths + 1) / 2).sum() if a.causal else (lengths * lengths).sum())
+        flops = 4.0 * heads * pairs * a.d
+    else:
+        q, k, v = (torch.randn(shape, device="cuda", dtype=base, generator=g) for _ in range(3))
+        flops = 4.0 * batch * heads * a.seq * a.seq * a.d / (2 if a.causal else 1) * (2.5 if a.op == "backward" else 1)
+    if a.ragged:
+        pass
+    elif a.dtype == "fp8":
         q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
         run = lambda: tessera.attention_fp8(q, k, v, causal=a.causal)
     elif a.op == "forward":
@@ -45,7 +65,6 @@ def main():
         end.synchronize()
         times.append(start.elapsed_time(end))
     ms = sorted(times)[len(times) // 2]
-    flops = 4.0 * batch * heads * a.seq * a.seq * a.d / (2 if a.causal else 1) * (2.5 if a.op == "backward" else 1)
     print(f"{a.op} {a.dtype} d{a.d} seq{a.seq} causal={int(a.causal)}: median {ms:.3f} ms of {a.iters} "
           f"({flops / ms / 1e9:.0f} TFLOP/s)")
 

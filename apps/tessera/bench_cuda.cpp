@@ -29,19 +29,18 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
-double cuda_median_ms(const std::function<void()>& fn, double min_time) {
-  for (int i = 0; i < 3; ++i) fn();
-  check(cudaDeviceSynchronize(), "warm-up");
+// Median milliseconds of launch() on `stream`, each call between two events, until min_time
+// seconds (at least 5 calls, at most 200) have been timed.
+double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time) {
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "cudaEventCreate");
   check(cudaEventCreate(&b), "cudaEventCreate");
   std::vector<double> ms;
   double total = 0;
   while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
-    check(cudaEventRecord(a), "cudaEventRecord");
-    fn();
-    check(cudaEventRecord(b), "cudaEventRecord");
+    check(cudaEventRecord(a, stream), "cudaEventRecord");
+    launch();
+    check(cudaEventRecord(b, stream), "cudaEventRecord");
     check(cudaEventSynchronize(b), "timed run");
     float t = 0;
     check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
@@ -53,6 +52,54 @@ double cuda_median_ms(const std::function<void()>& fn, double min_time) {
   std::sort(ms.begin(), ms.end());
   const std::size_t n = ms.size();
   return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+}
+
+// Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
+double cuda_median_ms(const std::function<void()>& fn, double min_time) {
+  for (int i = 0; i < 3; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  return median_event_ms(nullptr, fn, min_time);
+}
+
+// Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues (captured
+// once on a stream of its own): the GPU-side cost of a call as a serving engine that replays
+// graphs sees it, without the host time of the call itself.
+double cuda_graph_median_ms(const std::function<void(cudaStream_t)>& fn, double min_time) {
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  try {
+    fn(stream);
+  } catch (...) {  // leave no stream in capture mode behind (later cases would fail on it)
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaGetLastError();
+    throw;
+  }
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const auto replay = [&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); };
+  for (int i = 0; i < 3; ++i) replay();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  const double ms = median_event_ms(stream, replay, min_time);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return ms;
+}
+
+// Times fn into r (seconds, flops); a failure becomes a "not run" row instead.
+void time_row(Row& r, double flops, const std::function<void()>& fn, double min_time) {
+  try {
+    r.seconds = cuda_median_ms(fn, min_time) * 1e-3;
+    r.flops = flops;
+  } catch (const std::exception& e) {
+    r.note = std::string("not run: ") + e.what();
+    r.flops = 0;
+  }
 }
 
 // Fills a device buffer with random values of `dtype` (a 16 MiB random block, repeated).
@@ -207,17 +254,53 @@ void run_dense_fp8(const Context& ctx, const Emit& emit) {
         AttentionOptions opt;
         opt.causal = causal;
         Row r = dense_row("forward", dt, b, h, s, d, causal);
-        try {
-          const double ms =
-              cuda_median_ms([&] { attention_forward_fp8(tq, tk, tv, descale, to, Tensor(), opt); }, ctx.min_time);
-          r.flops = forward_flops(b, h, s, s, d, causal);
-          r.seconds = ms * 1e-3;
-        } catch (const std::exception& e) {
-          r.note = std::string("not run: ") + e.what();
-          r.flops = 0;
-        }
+        time_row(r, forward_flops(b, h, s, s, d, causal),
+                 [&] { attention_forward_fp8(tq, tk, tv, descale, to, Tensor(), opt); }, ctx.min_time);
         emit(r);
       }
+    }
+  }
+}
+
+// Ragged (packed variable-length) forward, bf16, head_dim 128, 16 heads: the 16k tokens of the
+// dense suites split into n sequences of random lengths (mean 16384 / n), cu_seqlens on the
+// device. Shows what a packed batch costs beside the dense rows of the same token count (the
+// CUDA paths size their tile space by a bound on the longest sequence: total tokens).
+void run_ragged(const Context& ctx, const Emit& emit) {
+  const std::vector<int> counts = ctx.quick ? std::vector<int>{16} : std::vector<int>{16, 128};
+  constexpr int d = 128, h = static_cast<int>(DenseBuffers::kWidth / d);
+  constexpr int total = static_cast<int>(DenseBuffers::kTokens);
+  DenseBuffers buf(ctx.device, false);
+  const DType dt = DType::bf16;
+  const Device dev = ctx.device;
+  for (int n : counts) {
+    // Lengths uniform in [mean / 2, 3 mean / 2], the last one taking the remainder.
+    std::mt19937_64 rng(static_cast<std::uint64_t>(n));
+    const int mean = total / n;
+    std::uniform_int_distribution<int> len(mean / 2, mean + mean / 2);
+    std::vector<std::int32_t> cu(1, 0);
+    for (int i = 0; i + 1 < n; ++i) cu.push_back(cu.back() + len(rng));
+    cu.push_back(total);
+    double pairs_full = 0, pairs_causal = 0;
+    for (int i = 0; i < n; ++i) {
+      const double l = cu[i + 1] - cu[i];
+      pairs_full += l * l;
+      pairs_causal += l * l / 2;  // the dense suites' convention: causal halves the FLOPs
+    }
+    DeviceBuffer dcu(dev, cu.size() * sizeof(std::int32_t));
+    dcu.upload(cu.data(), cu.size() * sizeof(std::int32_t));
+    const Tensor tcu(dcu.data(), DType::i32, {static_cast<std::int64_t>(cu.size())}, dev);
+    const Tensor q(buf.q.data(), dt, {total, h, d}, dev), k(buf.k.data(), dt, {total, h, d}, dev),
+        v(buf.v.data(), dt, {total, h, d}, dev), o(buf.o.data(), dt, {total, h, d}, dev);
+    for (bool causal : {false, true}) {
+      AttentionOptions opt;
+      opt.causal = causal;
+      Row r = dense_row("forward_ragged", dt, n, h, mean, d, causal);
+      r.shape = "n" + std::to_string(n) + " t" + std::to_string(total) + " h" + std::to_string(h) + " d128";
+      r.note = "lengths " + std::to_string(mean / 2) + ".." + std::to_string(mean + mean / 2) + ", cu_seqlens on the device";
+      time_row(r, 4.0 * h * d * (causal ? pairs_causal : pairs_full),
+               [&] { attention_forward_ragged(q, k, v, tcu, tcu, o, Tensor(), opt); }, ctx.min_time);
+      emit(r);
     }
   }
 }
@@ -325,7 +408,9 @@ struct PlannedBatch {
     attn.plan(p.q_lens, p.kv_lens, facts, w);
     check(cudaDeviceSynchronize(), "plan");
   }
-  void run(const PagedSetup& p) const { attn.run(p.tq, p.cache, p.table, p.to, Tensor(), w); }
+  void run(const PagedSetup& p, cudaStream_t stream = nullptr) const {
+    attn.run(p.tq, p.cache, p.table, p.to, Tensor(), w, ExecutionContext{stream, 0});
+  }
 };
 
 void fill_keys(Row& r, const PagedSetup& p) {
@@ -348,20 +433,24 @@ Row not_run(Row r, const std::exception& e) {
   return r;
 }
 
+// graph: time replays of a CUDA graph holding run() (rows of kind "<kind>_graph") instead of
+// run() calls.
 Row paged_case(const Context& ctx, const std::string& name, const std::vector<std::int32_t>& q_lens,
-               const std::vector<std::int32_t>& kv_lens) {
+               const std::vector<std::int32_t>& kv_lens, bool graph = false) {
   Row r;
   r.name = name;
   try {
     PagedSetup p(ctx.device, q_lens, kv_lens, 20);
     r.shape = p.shape();
     fill_keys(r, p);
+    if (graph) r.kind += "_graph";
     PlannedBatch b(p, ctx.device);
-    const double ms = cuda_median_ms([&] { b.run(p); }, ctx.min_time);
+    const double ms = graph ? cuda_graph_median_ms([&](cudaStream_t s) { b.run(p, s); }, ctx.min_time)
+                            : cuda_median_ms([&] { b.run(p); }, ctx.min_time);
     r.seconds = ms * 1e-3;
     if (p.q_max == 1) {
       r.bytes = p.kv_bytes();
-      r.note = "run() only, bytes of K+V; ";
+      r.note = graph ? "graph replay of run(), bytes of K+V; " : "run() only, bytes of K+V; ";
     } else {
       r.flops = 4.0 * kHq * kD * p.causal_pairs();
       r.note = "run() only, exact causal pairs; ";
@@ -380,6 +469,17 @@ void run_decode(const Context& ctx, const Emit& emit) {
   for (const C& c : cases)
     emit(paged_case(ctx, "decode bf16 GQA 4", std::vector<std::int32_t>(c.batch, 1),
                     std::vector<std::int32_t>(c.batch, c.kv)));
+}
+
+// The same cases as cuda.decode, each run() captured once in a CUDA graph and replayed (how
+// serving engines run decode steps); bench/peers.py times the peers' calls the same way.
+void run_decode_graph(const Context& ctx, const Emit& emit) {
+  struct C { int batch, kv; };
+  const std::vector<C> cases = ctx.quick ? std::vector<C>{{8, 32768}}
+                                         : std::vector<C>{{1, 131072}, {8, 32768}, {64, 4096}, {128, 8192}, {256, 2048}};
+  for (const C& c : cases)
+    emit(paged_case(ctx, "decode bf16 GQA 4 (graph)", std::vector<std::int32_t>(c.batch, 1),
+                    std::vector<std::int32_t>(c.batch, c.kv), true));
 }
 
 void run_mixed(const Context& ctx, const Emit& emit) {
@@ -566,7 +666,9 @@ TESSERA_BENCH_SUITE(cuda_forward_fp8, {"cuda.forward_fp8", DeviceKind::cuda,
                                        run_dense_fp8});
 TESSERA_BENCH_SUITE(cuda_backward, {"cuda.backward", DeviceKind::cuda, "dense backward bf16, same shapes as cuda.forward",
                                     [](const Context& c, const Emit& e) { run_dense(c, e, true); }});
+TESSERA_BENCH_SUITE(cuda_forward_ragged, {"cuda.forward_ragged", DeviceKind::cuda, "ragged forward bf16 d128: the 16k tokens as 16 or 128 sequences of random lengths, causal and not", run_ragged});
 TESSERA_BENCH_SUITE(cuda_decode, {"cuda.decode", DeviceKind::cuda, "paged decode, GQA 32/8, d128: 1x128k .. 256x2k (bytes of K+V per second)", run_decode});
+TESSERA_BENCH_SUITE(cuda_decode_graph, {"cuda.decode_graph", DeviceKind::cuda, "cuda.decode's cases as CUDA graph replays of run() (no host time in the span)", run_decode_graph});
 TESSERA_BENCH_SUITE(cuda_mixed, {"cuda.mixed", DeviceKind::cuda, "one paged batch of 8 prefill chunks and 128 decode tokens", run_mixed});
 TESSERA_BENCH_SUITE(cuda_split, {"cuda.split", DeviceKind::cuda, "decode batch 1 (128k, 32k): SplitPolicy automatic vs disabled (GB/s of K+V)", run_split});
 TESSERA_BENCH_SUITE(cuda_mixed_vs_separate, {"cuda.mixed_vs_separate", DeviceKind::cuda,
