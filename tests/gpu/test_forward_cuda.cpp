@@ -109,6 +109,9 @@ std::vector<CaseSpec> grid() {
       dense(bf16, 1, 1, 17, 2, 1, 64, opts(false)),                  // one query row
       dense(bf16, 1, 500, 300, 2, 1, 256, opts(false, 50, -1)),      // left-only window, seq_q > seq_k
       dense(f16, 1, 129, 129, 1, 1, 256, opts(true)),                // one row past a tile
+      dense(bf16, 2, 193, 193, 4, 2, 64, opts(true)),                // one row past a 192-row (head_dim 64) tile
+      dense(f16, 2, 150, 150, 4, 2, 64, opts(false)),                // a third warpgroup partly filled
+      ragged(bf16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(true)),  // the same, ragged row stores
       ragged(f16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(true), 8),  // empty seq, empty KV
       ragged(bf16, {113, 1, 17}, {1023, 17, 17}, 8, 1, 128, opts(false, 64, 0, 5.0f)),
       ragged(f16, {0, 1023, 17}, {0, 113, 113}, 2, 1, 64, opts(false)),

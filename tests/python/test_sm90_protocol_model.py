@@ -1,10 +1,11 @@
 """A model of the sm90 forward kernel's synchronisation (src/cuda/sm90/forward/kernel.cuh), run
 under random interleavings: the producer thread (TMA issue for Q and the K/V ring), the FP8
-V-transposing warps, the two consumer warpgroups with their pingpong turns, mbarrier phases and
+V-transposing warps, the consumer warpgroups (two, or three at head_dim 64) with their round-robin
+pingpong turns, mbarrier phases and
 parities, named barriers, and a CTA that walks several tiles (the persistent grid), including
 tiles with no K/V tile. It checks that nothing deadlocks, that every read of a stage or of the Q
-buffer sees the data of the tile and K/V tile it expects, and that the turn barriers end
-balanced.
+buffer sees the data of the tile and K/V tile it expects, that the warpgroups take their turns
+in order 0, 1, (2,) 0, ..., and that the turn barriers end balanced.
 
 The model mirrors the kernel's waits and arrivals line by line; keep the two in step when the
 protocol changes. It fails on each of these deliberate mistakes (checked when it was written):
@@ -65,23 +66,25 @@ class NamedBar:
             self.gen += 1
 
 
-def run(tiles_per_cta, ntiles_of, S, seed, fp8=False):
-    """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages; agents
-    are generators advanced in random order, TMA copies land at random later times."""
+def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2):
+    """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
+    consumer warpgroups; agents are generators advanced in random order, TMA copies land at
+    random later times."""
     rnd = random.Random(seed)
     q_full = MBar(1)
-    q_empty = MBar(2)
+    q_empty = MBar(W)
     k_full = [MBar(1) for _ in range(S)]
-    k_empty = [MBar(8) for _ in range(S)]
+    k_empty = [MBar(4 * W) for _ in range(S)]
     v_full = [MBar(1) for _ in range(S)]
-    v_empty = [MBar(3 if fp8 else 8) for _ in range(S)]
+    v_empty = [MBar(3 if fp8 else 4 * W) for _ in range(S)]
     vt_full = [MBar(3) for _ in range(S)]
-    vt_empty = [MBar(8) for _ in range(S)]
-    turn = [NamedBar(256), NamedBar(256)]
+    vt_empty = [MBar(4 * W) for _ in range(S)]
+    turn = [NamedBar(256) for _ in range(W)]
+    order = []  # warpgroups in the order they got their turns
     kbuf = [None] * S
     vbuf = [None] * S
     vtbuf = [None] * S
-    qbuf = {"rows": [None, None]}
+    qbuf = {"rows": [None] * W}
     pending_tma = []  # (callback)
     tiles = list(range(tiles_per_cta))
 
@@ -102,7 +105,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False):
                 q_full.arrive()
 
                 def land(t=t):
-                    qbuf["rows"] = [("q", t), ("q", t)]
+                    qbuf["rows"] = [("q", t)] * W
                     q_full.complete_tx(1)
 
                 tma(land)
@@ -153,11 +156,12 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False):
             turn[c].arrive(128)
             while turn[c].gen == g:
                 yield
+            order.append(c)
 
         def pas():
-            turn[c ^ 1].arrive(128)
+            turn[(c + 1) % W].arrive(128)
 
-        if c == 1:
+        if c == W - 1:
             pas()
         pvf = vt_full if fp8 else v_full
         pve = vt_empty if fp8 else v_empty
@@ -210,7 +214,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False):
         if c == 0:
             yield from take()
 
-    agents = [producer(), consumer(0), consumer(1)] + ([transposer()] if fp8 else [])
+    agents = [producer()] + [consumer(c) for c in range(W)] + ([transposer()] if fp8 else [])
     alive = list(agents)
     steps = 0
     stalled = 0
@@ -230,11 +234,9 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False):
             alive.remove(a)
         if steps > 2_000_000:
             raise RuntimeError("deadlock?")
-    assert turn[0].arrived == 0 and turn[1].arrived == 0, (
-        "unbalanced turns",
-        turn[0].arrived,
-        turn[1].arrived,
-    )
+    assert all(b.arrived == 0 for b in turn), ("unbalanced turns", [b.arrived for b in turn])
+    # The final take by warpgroup 0 only balances the barrier; every other turn is round robin.
+    assert order[:-1] == [i % W for i in range(len(order) - 1)], ("turn order", order)
     return steps
 
 
@@ -244,4 +246,7 @@ def test_protocol_random_schedule(seed):
     stages = rnd.choice([2, 4])
     tiles = rnd.randint(1, 6)
     lens = [rnd.choice([0, 1, 2, 3, 5]) for _ in range(tiles)]
-    run(tiles, lambda t: lens[t], stages, seed, fp8=rnd.random() < 0.5)
+    fp8 = rnd.random() < 0.4
+    # Three consumer warpgroups: the bf16/fp16 head_dim 64 instances (fp8 has two).
+    warpgroups = 2 if fp8 or rnd.random() < 0.5 else 3
+    run(tiles, lambda t: lens[t], stages, seed, fp8=fp8, W=warpgroups)

@@ -1,7 +1,8 @@
 // The sm90 forward kernel (FA3 structure): a CTA walks tiles of (query block, query head,
 // sequence) (persistent, one per SM, for unmasked dense problems; one tile each otherwise); a
 // producer warpgroup feeds Q and K/V tiles by TMA into a ring of shared-memory stages, and two
-// consumer warpgroups run S = Q K^T and O += P V on wgmma with the online softmax in registers.
+// (three at head_dim 64) consumer warpgroups run S = Q K^T and O += P V on wgmma with the online
+// softmax in registers.
 // See kernel_traits.cuh for tiles and layout, forward_args.h for the arguments.
 //
 // Consumer loop (intra-warpgroup overlap): while the tensor cores compute S_i = Q K_i^T and
@@ -9,11 +10,12 @@
 // only then does the warpgroup wait for the P V product, rescale O and pack P_i. So the
 // softmax of tile i runs under the P V GEMM of tile i - 1.
 //
-// Pingpong between the two consumer warpgroups: each issues its GEMMs of a tile only in its
-// turn (named barrier of 256 threads: its own 128 wait, the other's 128 arrive when they have
-// issued theirs), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor
-// cores. Warpgroup 0 goes first (warpgroup 1 arrives once at the start); both take the same
-// number of turns, and warpgroup 0 consumes the last arrival at the end.
+// Pingpong between the consumer warpgroups (two, or three at head_dim 64): each issues its
+// GEMMs of a tile only in its turn, round robin (named barrier of 256 threads: its own 128
+// wait, the previous warpgroup's 128 arrive when they have issued theirs), so the others'
+// softmax runs while one warpgroup's GEMMs occupy the tensor cores. Warpgroup 0 goes first (the
+// last warpgroup arrives once at the start); all take the same number of turns, and warpgroup 0
+// consumes the last arrival at the end.
 #pragma once
 
 #include <cuda.h>
@@ -40,10 +42,10 @@
 
 namespace tessera::cuda::sm90 {
 
-// Named barrier ids (0 is __syncthreads): one per consumer warpgroup for its epilogue, and one
-// per consumer warpgroup for its turn at the tensor cores (pingpong).
+// Named barrier ids (0 is __syncthreads): one per consumer warpgroup (up to 3) for its
+// epilogue, and one per consumer warpgroup for its turn at the tensor cores (pingpong).
 constexpr std::uint32_t kEpilogueBarrier0 = 1;
-constexpr std::uint32_t kTurnBarrier0 = 3;
+constexpr std::uint32_t kTurnBarrier0 = 4;
 
 // One box of a tile: rank 4 (dense: column, row, head, sequence) or 3 (ragged: column, packed
 // row, head).
@@ -342,11 +344,19 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   const int g = lane / 4, q = lane % 4;
 
   // Pingpong turns (see the top of this file): warpgroup 0 goes first; the sequence of turns
-  // runs on across tiles (both warpgroups take the same turns per tile) and warpgroup 0 takes
+  // runs on across tiles (every warpgroup takes the same turns per tile) and warpgroup 0 takes
   // the last arrival at the end.
+  constexpr int kWarpgroups = Tr::kConsumerWarpgroups;
+  static_assert(kWarpgroups <= kTurnBarrier0 - kEpilogueBarrier0, "one epilogue barrier per warpgroup");
+  static_assert(kTurnBarrier0 + kWarpgroups <= 16, "named barrier ids 0..15");
   auto take_turn = [&] { named_barrier_sync(kTurnBarrier0 + c, 256); };
-  auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier0 + (c ^ 1), 256); };
-  if (c == 1) pass_turn();
+  // The next warpgroup's id, computed where it is used (a value kept live across the loop cost
+  // the d128 x 176 instance a spill).
+  auto pass_turn = [&] {
+    if constexpr (kWarpgroups == 2) named_barrier_arrive(kTurnBarrier0 + (c ^ 1), 256);
+    else named_barrier_arrive(kTurnBarrier0 + (c + 1 == kWarpgroups ? 0 : c + 1), 256);
+  };
+  if (c == kWarpgroups - 1) pass_turn();
 
   int it = 0;       // K/V tiles consumed so far (ring position)
   int q_round = 0;  // Q tiles consumed so far
@@ -558,7 +568,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     }
     ++q_round;
   }
-  if (c == 0) take_turn();  // the last arrival of warpgroup 1: leave the barrier balanced
+  if (c == 0) take_turn();  // the last warpgroup's last arrival: leave the barrier balanced
   if (t == 0) tma_store_wait<0>();
 }
 

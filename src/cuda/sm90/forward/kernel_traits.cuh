@@ -2,16 +2,16 @@
 //
 // A CTA (persistent, one per SM, for unmasked dense problems; one per tile otherwise) has 1
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
-// with setmaxnreg) and 2 consumer warpgroups, each owning 64 query rows of the 128-row Q tile:
-// S = Q K^T (wgmma, both operands in smem) and O += P V (P from registers, V MN-major in smem;
-// for fp8, V^T K-major, transposed by three producer warps). K and V tiles stream through a ring
-// of kStages stages, each with a "full" mbarrier (TMA bytes landed) and an "empty" one (all 8
-// consumer warps done reading).
+// with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64), each owning 64 query rows of
+// the 128-row (192-row) Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from
+// registers, V MN-major in smem; for fp8, V^T K-major, transposed by three producer warps). K
+// and V tiles stream through a ring of kStages stages, each with a "full" mbarrier (TMA bytes
+// landed) and an "empty" one (every consumer warp done reading).
 //
 // Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 128 bytes of
 // head-dim columns (64 16-bit or 128 fp8 elements), rows 128 bytes apart, each panel 1024-byte
 // aligned.
-//   head_dim  64: 128 x 128 tiles, 4 stages: Q 16 KB + 4 x (16 + 16) KB = 144 KB
+//   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 24 KB + 4 x (16 + 16) KB = 152 KB
 //   head_dim 128: 128 x 176 tiles (128 x 128 when masked), 2 stages: 32 + 2 x (44 + 44) = 208 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: 64 + 2 x (40 + 40) = 224 KB
 //   fp8 d128: 128 x 128 tiles, 4 stages of K, V and V^T: 16 + 4 x 48 = 208 KB
@@ -23,6 +23,12 @@
 #pragma once
 
 namespace tessera::cuda::sm90 {
+
+// Consumer warpgroups (64 query rows each) per head dim: three at head_dim 64 (192-row Q
+// tiles, as FlashAttention-3 does there: with two, ncu showed neither the tensor pipe nor the
+// exp2 unit above ~50 % busy, their phases not overlapping enough), two elsewhere.
+constexpr int consumer_warpgroups_for(int head_dim, bool fp8 = false) { return head_dim == 64 && !fp8 ? 3 : 2; }
+constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer_warpgroups_for(head_dim, fp8); }
 
 // K tile width per head dim and mask: the instances that exist (launch.cu picks one). FP8
 // (1-byte elements) uses 128 keys: one 128-byte swizzled row of the transposed V tile.
@@ -37,7 +43,7 @@ struct FwdTraits {
   static constexpr int kElemBytes = kElemBytes_;  // 2: f16/bf16, 1: e4m3
   static constexpr bool kFp8 = kElemBytes == 1;
   static_assert((kHeadDim * kElemBytes) % 128 == 0, "head_dim is a whole number of 128-byte panels");
-  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = consumer_warpgroups_for(kHeadDim, kFp8);
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
@@ -46,11 +52,14 @@ struct FwdTraits {
   static_assert(!kFp8 || kBlockN == 128, "fp8: the transposed V tile is one 128-byte row per head-dim column");
   // FP8 d128 has the room for 4 (the V^T ring then also runs 4 tiles ahead of P V).
   static constexpr int kStages = kHeadDim == 64 || (kFp8 && kHeadDim == 128) ? 4 : 2;
-  // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM. FP8: the
-  // producer warpgroup also transposes V (3 warps): 128 x 56 + 256 x 224 at head_dim 128,
-  // 128 x 40 + 256 x 232 at 256 (its consumers hold 128 accumulators of O), both 64,512.
+  // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM; three
+  // consumer warpgroups (head_dim 64): 128 x 24 + 384 x 160 = 64,512. FP8: the producer
+  // warpgroup also transposes V (3 warps): 128 x 56 + 256 x 224 at head_dim 128, 128 x 40 +
+  // 256 x 232 at 256 (its consumers hold 128 accumulators of O), both 64,512.
   static constexpr int kProducerRegs = kFp8 ? (kHeadDim == 128 ? 56 : 40) : 24;
-  static constexpr int kConsumerRegs = kFp8 ? (kHeadDim == 128 ? 224 : 232) : 240;
+  static constexpr int kConsumerRegs =
+      kFp8 ? (kHeadDim == 128 ? 224 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
+  static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
   static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
 
   static constexpr int kPanels = kHeadDim * kElemBytes / 128;  // 128-byte column panels

@@ -141,7 +141,7 @@ bool run_forward(const AttentionParams& p) {
   const std::int64_t rows_k = ragged ? p.total_k : p.seq_k;
   const int seqs = ragged ? 1 : p.batch;
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
-  const std::uint32_t box_m = FwdTraits<128, 128>::kBlockM;  // every instance: 2 x 64 rows
+  const std::uint32_t box_m = static_cast<std::uint32_t>(block_m_for(p.head_dim, fp8));  // 64 rows per consumer warpgroup
   const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked, fp8));
   FwdArgs a;
   try {
