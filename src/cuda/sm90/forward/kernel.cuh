@@ -225,17 +225,21 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   const std::uint32_t raw_addr = smem_u32(smem_raw);
   const std::uint32_t base = (raw_addr + 1023u) & ~1023u;
   unsigned char* base_ptr = smem_raw + (base - raw_addr);
-  const std::uint32_t sQ = base + Tr::kQOffset;
+  constexpr int QB = Tr::kQBuffers;
+  auto sQ = [&](int buf) { return base + Tr::kQOffset + static_cast<std::uint32_t>(buf * Tr::kQBytes); };
   auto sK = [&](int stage) { return base + Tr::kKOffset + static_cast<std::uint32_t>(stage * Tr::kKVTileBytes); };
   auto sV = [&](int stage) { return base + Tr::kVOffset + static_cast<std::uint32_t>(stage * Tr::kKVTileBytes); };
   const std::uint32_t bars = base + Tr::kBarrierOffset;
-  const std::uint32_t q_full = bars, q_empty = bars + 8u;
-  auto k_full = [&](int stage) { return bars + 8u * (2 + stage); };
-  auto k_empty = [&](int stage) { return bars + 8u * (2 + S + stage); };
-  auto v_full = [&](int stage) { return bars + 8u * (2 + 2 * S + stage); };
-  auto v_empty = [&](int stage) { return bars + 8u * (2 + 3 * S + stage); };
-  auto vt_full = [&](int stage) { return bars + 8u * (2 + 4 * S + stage); };
-  auto vt_empty = [&](int stage) { return bars + 8u * (2 + 5 * S + stage); };
+  // Q tile r (the r-th this CTA loads) goes to buffer r % QB; its barriers' phase is r / QB.
+  auto q_full = [&](int buf) { return bars + 8u * buf; };
+  auto q_empty = [&](int buf) { return bars + 8u * (QB + buf); };
+  constexpr int QBar = Tr::kQBarriers;
+  auto k_full = [&](int stage) { return bars + 8u * (QBar + stage); };
+  auto k_empty = [&](int stage) { return bars + 8u * (QBar + S + stage); };
+  auto v_full = [&](int stage) { return bars + 8u * (QBar + 2 * S + stage); };
+  auto v_empty = [&](int stage) { return bars + 8u * (QBar + 3 * S + stage); };
+  auto vt_full = [&](int stage) { return bars + 8u * (QBar + 4 * S + stage); };
+  auto vt_empty = [&](int stage) { return bars + 8u * (QBar + 5 * S + stage); };
   auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
   const int num_tiles = a.num_tiles;
   const bool ragged = a.cu_seqlens_q != nullptr;
@@ -244,8 +248,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked>(a, blockIdx.x).active) return;
 
   if (threadIdx.x == 0) {
-    mbarrier_init(q_full, 1);
-    mbarrier_init(q_empty, Tr::kConsumerWarpgroups);
+    for (int b = 0; b < QB; ++b) {
+      mbarrier_init(q_full(b), 1);
+      mbarrier_init(q_empty(b), Tr::kConsumerWarpgroups);
+    }
     for (int s = 0; s < S; ++s) {
       mbarrier_init(k_full(s), 1);
       mbarrier_init(v_full(s), 1);
@@ -265,7 +271,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   if (warpgroup == 0) {
     // ---- producer: one thread issues every copy, running ahead of the consumers by up to
     // kStages K/V tiles and into the next tile (its first K tile, then Q once the consumers
-    // have released the Q buffer, which their epilogue reuses) ----
+    // have released that Q buffer: with two buffers, the one of the tile before this one,
+    // long done; with one, this one, after their epilogue has staged O in it) ----
     setmaxnreg_dec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&a.map_q);
@@ -278,11 +285,12 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         if (!tc.active) continue;
         const int h_kv = tc.head / a.group;
         auto load_q = [&] {
-          mbarrier_wait_parity(q_empty, (q_round & 1) ^ 1);
-          mbarrier_arrive_expect_tx(q_full, Tr::kQBytes);
+          const int qb = q_round % QB;
+          mbarrier_wait_parity(q_empty(qb), ((q_round / QB) & 1) ^ 1);
+          mbarrier_arrive_expect_tx(q_full(qb), Tr::kQBytes);
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sQ + p * Tr::kQPanelBytes, &a.map_q, q_full, ragged, Tr::kPanelCols * p, tc.q_row0 + tc.m0,
+            load_box(sQ(qb) + p * Tr::kQPanelBytes, &a.map_q, q_full(qb), ragged, Tr::kPanelCols * p, tc.q_row0 + tc.m0,
                      tc.head, tc.seq);
           ++q_round;
         };
@@ -363,6 +371,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
     const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);
     if (!tc.active) continue;
+    const int qb = q_round % QB;  // this tile's Q buffer (and O staging buffer)
+    unsigned char* q_ptr = base_ptr + Tr::kQOffset + qb * Tr::kQBytes;
     const int wg_row0 = tc.m0 + 64 * c;        // first row of the warpgroup (sequence-relative)
     const int row = wg_row0 + 16 * warp + g;   // the thread's rows: row and row + 8
     math::KeyRange keys[2] = {{0, tc.k_len}, {0, tc.k_len}};
@@ -410,7 +420,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       for (int ks = 0; ks < D * Tr::kElemBytes / 32; ++ks) {
         const std::uint32_t off = 32u * (ks % 4);
         const std::uint64_t da =
-            make_smem_desc_sw128_kmajor(sQ + (ks / 4) * Tr::kQPanelBytes + 64u * 128u * c + off);
+            make_smem_desc_sw128_kmajor(sQ(qb) + (ks / 4) * Tr::kQPanelBytes + 64u * 128u * c + off);
         const std::uint64_t db = make_smem_desc_sw128_kmajor(sK(stage) + (ks / 4) * Tr::kKVPanelBytes + off);
         if constexpr (kFp8) wgmma_ss_e4m3<BN>(s_flat, da, db, ks > 0);
         else wgmma_ss<BN, kBf16>(s_flat, da, db, ks > 0);
@@ -447,7 +457,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     auto pv_full = [&](int stage) { return kFp8 ? vt_full(stage) : v_full(stage); };
     auto pv_empty = [&](int stage) { return kFp8 ? vt_empty(stage) : v_empty(stage); };
 
-    mbarrier_wait_parity(q_full, q_round & 1);
+    mbarrier_wait_parity(q_full(qb), (q_round / QB) & 1);
     if (tc.n_tiles > 0) {
       mbarrier_wait_parity(k_full(it % S), (it / S) & 1);
       take_turn();
@@ -516,7 +526,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
           a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
-      if (t == 0) mbarrier_arrive(q_empty);
+      if (t == 0) mbarrier_arrive(q_empty(qb));
       ++q_round;
       continue;
     }
@@ -528,7 +538,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
 #pragma unroll
       for (int d = 0; d < D / 8; ++d) {
         const int chunk = (d % 8) ^ (r % 8);
-        *reinterpret_cast<std::uint32_t*>(base_ptr + Tr::kQOffset + (d / 8) * Tr::kQPanelBytes + r * 128 + chunk * 16 +
+        *reinterpret_cast<std::uint32_t*>(q_ptr + (d / 8) * Tr::kQPanelBytes + r * 128 + chunk * 16 +
                                           4 * q) = Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
       }
       const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
@@ -542,11 +552,11 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         if (valid_rows > 0) {
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
-            tma_store_4d(&a.map_o, sQ + p * Tr::kQPanelBytes + 64u * 128u * c, 64 * p, wg_row0, tc.head, tc.seq);
+            tma_store_4d(&a.map_o, sQ(qb) + p * Tr::kQPanelBytes + 64u * 128u * c, 64 * p, wg_row0, tc.head, tc.seq);
           tma_store_commit();
           tma_store_wait_read<0>();  // the Q buffer may be refilled once the copy has read it
         }
-        mbarrier_arrive(q_empty);
+        mbarrier_arrive(q_empty(qb));
       }
     } else {
       constexpr int kChunks = D / 8;  // 16-byte chunks per row
@@ -558,13 +568,13 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         const int r = idx / kChunks, ch = idx % kChunks;
         if (r < valid_rows) {
           const int tr = 64 * c + r;
-          const uint4 v = *reinterpret_cast<const uint4*>(base_ptr + Tr::kQOffset + (ch / 8) * Tr::kQPanelBytes +
+          const uint4 v = *reinterpret_cast<const uint4*>(q_ptr + (ch / 8) * Tr::kQPanelBytes +
                                                           tr * 128 + (((ch % 8) ^ (tr % 8)) * 16));
           *reinterpret_cast<uint4*>(out + r * a.o_row + ch * 8) = v;
         }
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every row read out of the Q buffer
-      if (t == 0) mbarrier_arrive(q_empty);
+      if (t == 0) mbarrier_arrive(q_empty(qb));
     }
     ++q_round;
   }

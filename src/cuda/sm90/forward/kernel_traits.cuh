@@ -11,11 +11,13 @@
 // Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 128 bytes of
 // head-dim columns (64 16-bit or 128 fp8 elements), rows 128 bytes apart, each panel 1024-byte
 // aligned.
-//   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 24 KB + 4 x (16 + 16) KB = 152 KB
-//   head_dim 128: 128 x 176 tiles (128 x 128 when masked), 2 stages: 32 + 2 x (44 + 44) = 208 KB
-//   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: 64 + 2 x (40 + 40) = 224 KB
-//   fp8 d128: 128 x 128 tiles, 4 stages of K, V and V^T: 16 + 4 x 48 = 208 KB
-//   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: 32 + 2 x 96 = 224 KB
+//   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 2 x 24 KB + 4 x (16 + 16) KB = 176 KB
+//   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB;
+//                 masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
+//   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
+//   fp8 d128: 128 x 128 tiles, 4 stages of K, V and V^T: Q 2 x 16 + 4 x 48 = 224 KB
+//   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: Q 32 + 2 x 96 = 224 KB
+// (Q 2 x: two Q buffers, where they fit; see kQBuffers.)
 // Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
 // rescale) over more keys; masked problems keep 128 so fewer keys are computed and thrown away
 // on the diagonal.
@@ -70,14 +72,21 @@ struct FwdTraits {
   static constexpr int kKVTileBytes = kPanels * kKVPanelBytes;
   // FP8: V^T (head_dim rows of kBlockN keys), K-major for the P V product.
   static constexpr int kVtTileBytes = kFp8 ? kHeadDim * 128 : 0;
+  // K/V ring and barriers past the Q buffers (without them: the smem a second Q buffer must fit beside).
+  static constexpr int kRingBytes = 2 * kStages * kKVTileBytes + kStages * kVtTileBytes + 8 * (4 + (kFp8 ? 6 : 4) * kStages) + 1024;
+  // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
+  // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
+  // waits for the epilogue (the consumers stage O in the buffer Q was in).
+  static constexpr int kQBuffers = 2 * kQBytes + kRingBytes <= 227 * 1024 ? 2 : 1;
   static constexpr int kQOffset = 0;
-  static constexpr int kKOffset = kQOffset + kQBytes;
+  static constexpr int kKOffset = kQOffset + kQBuffers * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kVtOffset = kVOffset + kStages * kKVTileBytes;
   static constexpr int kBarrierOffset = kVtOffset + kStages * kVtTileBytes;
-  // Barriers: Q full, Q empty, then K full / K empty / V full / V empty (/ Vt full / Vt
-  // empty for fp8), kStages each.
-  static constexpr int kBarriers = 2 + (kFp8 ? 6 : 4) * kStages;
+  // Barriers: Q full and Q empty per Q buffer, then K full / K empty / V full / V empty (/ Vt
+  // full / Vt empty for fp8), kStages each.
+  static constexpr int kQBarriers = 2 * kQBuffers;
+  static constexpr int kBarriers = kQBarriers + (kFp8 ? 6 : 4) * kStages;
   // + 1024: the dynamic smem base is only 16-byte aligned; the kernel rounds it up.
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
