@@ -23,12 +23,15 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   // no more), each walking its tiles, so a tile's epilogue and the next one's loads overlap.
   // Masked (causal, window) tiles differ by up to the sequence length: one CTA per tile, so
   // that the hardware hands the next tile to whichever SM frees first (a static walk measured
-  // 1.36x slower at 16k causal: its heaviest CTA carried 1.57x the mean). Ragged batches too:
-  // their tile space is sized by a bound on the longest sequence, most tiles are empty, and a
-  // static walk would leave the real ones to a few CTAs.
+  // 1.36x slower at 16k causal: its heaviest CTA carried 1.57x the mean). Ragged batches sized
+  // by a bound on the longest sequence too: most of their tiles are empty, and a static walk
+  // would leave the real ones to a few CTAs. Unmasked ragged batches on the virtual block grid
+  // (math/ragged_tiles.h: at most one empty block per sequence) walk persistently: their
+  // tiles cost about the same, and a CTA per tile pays its launch, setup and Q load each time.
   const bool ragged = args.cu_seqlens_q != nullptr;
   const long long persistent = tiles < num_sms ? tiles : num_sms;
-  const unsigned grid = static_cast<unsigned>(kMasked || ragged ? tiles : persistent);
+  const bool tile_per_cta = kMasked || (ragged && !args.ragged_virtual);
+  const unsigned grid = static_cast<unsigned>(tile_per_cta ? tiles : persistent);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
