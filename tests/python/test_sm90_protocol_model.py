@@ -10,7 +10,8 @@ in order 0, 1, (2,) 0, ..., and that the turn barriers end balanced.
 The model mirrors the kernel's waits and arrivals line by line; keep the two in step when the
 protocol changes. It fails on each of these deliberate mistakes (checked when it was written):
 consumer Q parity flipped, no Q release after the epilogue, no final turn taken by warpgroup 0,
-producer's empty-stage parity not flipped, ring position advanced one step early.
+producer's empty-stage parity not flipped, ring position advanced one step early; and, with two Q
+buffers, a Q phase counted per tile instead of per buffer round (r instead of r // 2).
 """
 
 import random
@@ -66,13 +67,13 @@ class NamedBar:
             self.gen += 1
 
 
-def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2):
+def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
     """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
-    consumer warpgroups; agents are generators advanced in random order, TMA copies land at
-    random later times."""
+    consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB); agents are
+    generators advanced in random order, TMA copies land at random later times."""
     rnd = random.Random(seed)
-    q_full = MBar(1)
-    q_empty = MBar(W)
+    q_full = [MBar(1) for _ in range(QB)]
+    q_empty = [MBar(W) for _ in range(QB)]
     k_full = [MBar(1) for _ in range(S)]
     k_empty = [MBar(4 * W) for _ in range(S)]
     v_full = [MBar(1) for _ in range(S)]
@@ -84,7 +85,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2):
     kbuf = [None] * S
     vbuf = [None] * S
     vtbuf = [None] * S
-    qbuf = {"rows": [None] * W}
+    qbuf = [{"rows": [None] * W} for _ in range(QB)]
     pending_tma = []  # (callback)
     tiles = list(range(tiles_per_cta))
 
@@ -99,14 +100,15 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2):
 
             def load_q(t=t):
                 nonlocal qr
-                while not q_empty.try_wait((qr & 1) ^ 1):
+                b = qr % QB
+                while not q_empty[b].try_wait(((qr // QB) & 1) ^ 1):
                     yield
-                q_full.expect_tx(1)
-                q_full.arrive()
+                q_full[b].expect_tx(1)
+                q_full[b].arrive()
 
-                def land(t=t):
-                    qbuf["rows"] = [("q", t)] * W
-                    q_full.complete_tx(1)
+                def land(t=t, b=b):
+                    qbuf[b]["rows"] = [("q", t)] * W
+                    q_full[b].complete_tx(1)
 
                 tma(land)
                 qr += 1
@@ -168,14 +170,15 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2):
         pvb = vtbuf if fp8 else vbuf
         for t in tiles:
             n = ntiles_of(t)
-            while not q_full.try_wait(qr & 1):
+            b = qr % QB
+            while not q_full[b].try_wait((qr // QB) & 1):
                 yield
             if n > 0:
                 st = it % S
                 while not k_full[st].try_wait((it // S) & 1):
                     yield
                 yield from take()
-                assert qbuf["rows"][c] == ("q", t)
+                assert qbuf[b]["rows"][c] == ("q", t)
                 assert kbuf[st] == (t, 0)
                 pas()
                 yield
@@ -189,7 +192,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2):
                     while not pvf[prev].try_wait(((it - 1) // S) & 1):
                         yield
                     yield from take()
-                    assert qbuf["rows"][c] == ("q", t)
+                    assert qbuf[b]["rows"][c] == ("q", t)
                     assert kbuf[st] == (t, i)
                     assert pvb[prev] == (t, i - 1), (pvb[prev], (t, i - 1))
                     pas()
@@ -207,9 +210,9 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2):
                 pve[last].arrive(4)
                 it += 1
             # epilogue: overwrite own Q rows, release
-            qbuf["rows"][c] = ("o", t)
+            qbuf[b]["rows"][c] = ("o", t)
             yield
-            q_empty.arrive(1)
+            q_empty[b].arrive(1)
             qr += 1
         if c == 0:
             yield from take()
@@ -249,4 +252,6 @@ def test_protocol_random_schedule(seed):
     fp8 = rnd.random() < 0.4
     # Three consumer warpgroups: the bf16/fp16 head_dim 64 instances (fp8 has two).
     warpgroups = 2 if fp8 or rnd.random() < 0.5 else 3
-    run(tiles, lambda t: lens[t], stages, seed, fp8=fp8, W=warpgroups)
+    # Two Q buffers where shared memory allows (d64, d128 masked and unmasked, fp8 d128).
+    q_buffers = rnd.choice([1, 2])
+    run(tiles, lambda t: lens[t], stages, seed, fp8=fp8, W=warpgroups, QB=q_buffers)
