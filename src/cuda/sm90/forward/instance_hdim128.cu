@@ -5,8 +5,8 @@
 #include "cuda/sm90/forward/launch_template.cuh"
 
 namespace tessera::cuda::sm90 {
-template void launch_forward<__half, 128, 160, false>(const FwdArgs&, int, void*);
-template void launch_forward<__nv_bfloat16, 128, 160, false>(const FwdArgs&, int, void*);
+template void launch_forward<__half, 128, 176, false>(const FwdArgs&, int, void*);
+template void launch_forward<__nv_bfloat16, 128, 176, false>(const FwdArgs&, int, void*);
 template void launch_forward<__half, 128, 128, true>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 128, 128, true>(const FwdArgs&, int, void*);
 }  // namespace tessera::cuda::sm90

@@ -12,8 +12,7 @@
 // head-dim columns (64 16-bit or 128 fp8 elements), rows 128 bytes apart, each panel 1024-byte
 // aligned.
 //   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 2 x 24 KB + 4 x (16 + 16) KB = 176 KB
-//   head_dim 128: 128 x 160 tiles, 2 stages: Q 2 x 32 + 2 x (40 + 40) = 224 KB (176-key
-//                 tiles leave no room for a second Q buffer);
+//   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB;
 //                 masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
 //   fp8 d128: 128 x 128 tiles, 4 stages of K, V and V^T: Q 2 x 16 + 4 x 48 = 224 KB
@@ -37,7 +36,7 @@ constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer
 // (1-byte elements) uses 128 keys: one 128-byte swizzled row of the transposed V tile.
 constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false) {
   if (fp8) return 128;
-  return head_dim == 64 ? 128 : head_dim == 128 ? (masked ? 128 : 160) : (masked ? 64 : 80);
+  return head_dim == 64 ? 128 : head_dim == 128 ? (masked ? 128 : 176) : (masked ? 64 : 80);
 }
 
 template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2>
