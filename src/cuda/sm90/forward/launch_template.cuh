@@ -26,11 +26,15 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   // 1.36x slower at 16k causal: its heaviest CTA carried 1.57x the mean). Ragged batches sized
   // by a bound on the longest sequence too: most of their tiles are empty, and a static walk
   // would leave the real ones to a few CTAs. Unmasked ragged batches on the virtual block grid
-  // (math/ragged_tiles.h: at most one empty block per sequence) walk persistently: their
-  // tiles cost about the same, and a CTA per tile pays its launch, setup and Q load each time.
+  // (math/ragged_tiles.h: at most one empty block per sequence) of short sequences (on average
+  // at most two Q tiles) walk persistently: their tiles are small and alike, and a CTA per
+  // tile pays its launch, setup and Q load each time (measured: 16k tokens as 128 sequences
+  // -13 %); with longer sequences tiles differ by up to the longest sequence and the static
+  // walk lost (16 sequences of 512-1536 tokens: +13 %; docs/perf/forward_sm90.md).
   const bool ragged = args.cu_seqlens_q != nullptr;
   const long long persistent = tiles < num_sms ? tiles : num_sms;
-  const bool tile_per_cta = kMasked || (ragged && !args.ragged_virtual);
+  const bool short_ragged = args.ragged_virtual && args.total_q <= 2LL * Tr::kBlockM * args.batch;
+  const bool tile_per_cta = kMasked || (ragged && !short_ragged);
   const unsigned grid = static_cast<unsigned>(tile_per_cta ? tiles : persistent);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
