@@ -415,12 +415,16 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     // S = Q K^T over head_dim in 32-byte k steps (k16 for 16-bit types, k32 for e4m3): panel
     // ks / 4, 32 bytes per step inside a panel.
     auto issue_qk = [&](int stage) {
+      // The Q address is opaque to the compiler here, so the per-k-step descriptors are formed
+      // at each use instead of hoisted out of the K/V loop as 64-bit values (with a per-tile Q
+      // buffer, hoisting them cost the masked d64 instances a spill).
+      std::uint32_t q_addr = sQ(qb) + 64u * 128u * c;
+      asm volatile("" : "+r"(q_addr));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < D * Tr::kElemBytes / 32; ++ks) {
         const std::uint32_t off = 32u * (ks % 4);
-        const std::uint64_t da =
-            make_smem_desc_sw128_kmajor(sQ(qb) + (ks / 4) * Tr::kQPanelBytes + 64u * 128u * c + off);
+        const std::uint64_t da = make_smem_desc_sw128_kmajor(q_addr + (ks / 4) * Tr::kQPanelBytes + off);
         const std::uint64_t db = make_smem_desc_sw128_kmajor(sK(stage) + (ks / 4) * Tr::kKVPanelBytes + off);
         if constexpr (kFp8) wgmma_ss_e4m3<BN>(s_flat, da, db, ks > 0);
         else wgmma_ss<BN, kBf16>(s_flat, da, db, ks > 0);
