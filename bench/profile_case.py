@@ -22,14 +22,20 @@ def main():
     ap.add_argument("--seq", type=int, default=16384)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--ragged", type=int, default=0, metavar="SEQUENCES",
+    ap.add_argument("--ragged", type=int, default=None, metavar="SEQUENCES",
                     help="forward over 16384 packed tokens split into this many random lengths")
     a = ap.parse_args()
+    if a.ragged is not None and not 1 <= a.ragged <= 16384:
+        ap.error(f"--ragged: the number of sequences must be between 1 and 16384 (the packed tokens), got {a.ragged}")
+    if a.ragged is not None and a.dtype == "fp8":
+        ap.error("--ragged: times the bf16/fp16 ragged forward; --dtype fp8 is not supported with it")
+    if a.ragged is not None and a.op == "backward":
+        ap.error("--ragged: times the ragged forward; --op backward is not supported with it")
     batch, heads = max(1, 16384 // a.seq), 2048 // a.d
     shape = (batch, a.seq, heads, a.d)
     g = torch.Generator(device="cuda").manual_seed(0)
     base = torch.bfloat16 if a.dtype != "fp16" else torch.float16
-    if a.ragged:
+    if a.ragged is not None:
         total = 16384
         cuts = torch.randperm(total - 1, generator=torch.Generator().manual_seed(0))[:a.ragged - 1] + 1
         cu = torch.cat([torch.tensor([0]), cuts.sort().values, torch.tensor([total])]).to(torch.int32)
@@ -44,8 +50,8 @@ def main():
     else:
         q, k, v = (torch.randn(shape, device="cuda", dtype=base, generator=g) for _ in range(3))
         flops = 4.0 * batch * heads * a.seq * a.seq * a.d / (2 if a.causal else 1) * (2.5 if a.op == "backward" else 1)
-    if a.ragged:
-        pass
+    if a.ragged is not None:
+        pass  # run and flops were set with the packed inputs above
     elif a.dtype == "fp8":
         q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
         run = lambda: tessera.attention_fp8(q, k, v, causal=a.causal)
