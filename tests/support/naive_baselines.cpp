@@ -76,6 +76,19 @@ std::vector<float> load_rows(const AttentionParams& p, const StridedPtr& t, int 
   return out;
 }
 
+// f(b, h, hk, rows) for every (sequence, query head) with query rows, in parallel; each call
+// writes only the rows of its own (b, h).
+template <typename F>
+void for_each_sequence_head(const AttentionParams& p, F&& f) {
+  cpu::parallel_for(static_cast<std::int64_t>(p.batch) * p.heads_q, 0, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bh = begin; bh < end; ++bh) {
+      const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
+      const Rows r = rows_of(p, b);
+      if (r.nq > 0) f(b, h, h / p.group(), r);
+    }
+  });
+}
+
 // S (scaled, soft-capped, rounded; masked entries -inf), P rounded, per-row LSE, for one (b, h).
 struct NaiveProbs {
   std::vector<float> s_tanh;  // tanh(s / c) before rounding, for the softcap derivative
@@ -153,48 +166,42 @@ std::vector<double> naive_fp8_forward(const AttentionParams& p, std::vector<doub
   const float cap = p.mask.softcap;
   std::vector<double> o(static_cast<std::size_t>(total_q * p.heads_q * D), 0.0);
   if (lse) lse->assign(static_cast<std::size_t>(total_q * p.heads_q), -INFINITY);
-  cpu::parallel_for(static_cast<std::int64_t>(p.batch) * p.heads_q, 0, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t bh = begin; bh < end; ++bh) {
-      const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
-      const int hk = h / p.group();
-      const Rows r = rows_of(p, b);
-      if (r.nq == 0) continue;
-      auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
-      auto k = load_rows(p, p.k, b, p.k_start(b), r.nk, hk);
-      const auto v = load_rows(p, p.v, b, p.k_start(b), r.nk, hk);  // stays fp8 (as stored)
-      const float dq = p.q_descale.at(b, hk), dk = p.k_descale.at(b, hk), dv = p.v_descale.at(b, hk);
-      for (float& x : q) x *= dq;  // dequantised in fp32
-      for (float& x : k) x *= dk;
-      const math::MaskSpec mask =
-          math::MaskSpec::make(r.nq, r.nk, p.mask.causal, p.mask.window_left, p.mask.window_right);
-      std::vector<float> s(static_cast<std::size_t>(r.nk)), acc(static_cast<std::size_t>(D));
-      for (int i = 0; i < r.nq; ++i) {
-        const math::KeyRange kr = math::visible_keys(mask, i);
-        float m = -INFINITY;
-        for (int j = kr.begin; j < kr.end; ++j) {
-          float dot = 0.0f;
-          for (int d = 0; d < D; ++d) dot += q[static_cast<std::size_t>(i) * D + d] * k[static_cast<std::size_t>(j) * D + d];
-          float x = dot * p.mask.scale;
-          if (cap > 0.0f) x = cap * std::tanh(x / cap);
-          s[static_cast<std::size_t>(j)] = x;
-          m = std::max(m, x);
-        }
-        double* oi = &o[static_cast<std::size_t>(((r.q0 + i) * p.heads_q + h) * D)];
-        if (kr.empty()) continue;  // out 0, lse -inf
-        float l = 0.0f;
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int j = kr.begin; j < kr.end; ++j) {
-          const float e = std::exp(s[static_cast<std::size_t>(j)] - m);
-          l += e;
-          const float p8 = round_e4m3(e * 256.0f);
-          if (p8 == 0.0f) continue;
-          const float* vj = &v[static_cast<std::size_t>(j) * D];
-          for (int d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] += p8 * vj[d];
-        }
-        const float f = dv / (256.0f * l);
-        for (int d = 0; d < D; ++d) oi[d] = math::round_to(DType::bf16, acc[static_cast<std::size_t>(d)] * f);
-        if (lse) (*lse)[static_cast<std::size_t>(h * total_q + r.q0 + i)] = m + std::log(l);
+  for_each_sequence_head(p, [&](int b, int h, int hk, const Rows& r) {
+    auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
+    auto k = load_rows(p, p.k, b, p.k_start(b), r.nk, hk);
+    const auto v = load_rows(p, p.v, b, p.k_start(b), r.nk, hk);  // stays fp8 (as stored)
+    const float dq = p.q_descale.at(b, hk), dk = p.k_descale.at(b, hk), dv = p.v_descale.at(b, hk);
+    for (float& x : q) x *= dq;  // dequantised in fp32
+    for (float& x : k) x *= dk;
+    const math::MaskSpec mask =
+        math::MaskSpec::make(r.nq, r.nk, p.mask.causal, p.mask.window_left, p.mask.window_right);
+    std::vector<float> s(static_cast<std::size_t>(r.nk)), acc(static_cast<std::size_t>(D));
+    for (int i = 0; i < r.nq; ++i) {
+      const math::KeyRange kr = math::visible_keys(mask, i);
+      float m = -INFINITY;
+      for (int j = kr.begin; j < kr.end; ++j) {
+        float dot = 0.0f;
+        for (int d = 0; d < D; ++d) dot += q[static_cast<std::size_t>(i) * D + d] * k[static_cast<std::size_t>(j) * D + d];
+        float x = dot * p.mask.scale;
+        if (cap > 0.0f) x = cap * std::tanh(x / cap);
+        s[static_cast<std::size_t>(j)] = x;
+        m = std::max(m, x);
       }
+      double* oi = &o[static_cast<std::size_t>(((r.q0 + i) * p.heads_q + h) * D)];
+      if (kr.empty()) continue;  // out 0, lse -inf
+      float l = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int j = kr.begin; j < kr.end; ++j) {
+        const float e = std::exp(s[static_cast<std::size_t>(j)] - m);
+        l += e;
+        const float p8 = round_e4m3(e * 256.0f);
+        if (p8 == 0.0f) continue;
+        const float* vj = &v[static_cast<std::size_t>(j) * D];
+        for (int d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] += p8 * vj[d];
+      }
+      const float f = dv / (256.0f * l);
+      for (int d = 0; d < D; ++d) oi[d] = math::round_to(DType::bf16, acc[static_cast<std::size_t>(d)] * f);
+      if (lse) (*lse)[static_cast<std::size_t>(h * total_q + r.q0 + i)] = m + std::log(l);
     }
   });
   return o;
@@ -205,23 +212,16 @@ std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::
   const std::int64_t total_q = p.total_q;
   std::vector<double> o(static_cast<std::size_t>(total_q * p.heads_q * p.head_dim), 0.0);
   if (lse) lse->assign(static_cast<std::size_t>(total_q * p.heads_q), -INFINITY);
-  // Each (b, h) writes its own rows only.
-  cpu::parallel_for(static_cast<std::int64_t>(p.batch) * p.heads_q, 0, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t bh = begin; bh < end; ++bh) {
-      const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
-      const int hk = h / p.group();
-      const Rows r = rows_of(p, b);
-      if (r.nq == 0) continue;
-      const auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
-      const auto k = load_rows(p, p.k, b, p.k_start(b), r.nk, hk);
-      const auto v = load_rows(p, p.v, b, p.k_start(b), r.nk, hk);
-      const NaiveProbs pr = naive_probs(p, q, k, r.nq, r.nk);
-      const auto oo = naive_pv(p, pr.p, v, r.nq, r.nk);
-      for (int i = 0; i < r.nq; ++i) {
-        for (int d = 0; d < p.head_dim; ++d)
-          o[static_cast<std::size_t>(((r.q0 + i) * p.heads_q + h) * p.head_dim + d)] = oo[static_cast<std::size_t>(i) * p.head_dim + d];
-        if (lse) (*lse)[static_cast<std::size_t>(h * total_q + r.q0 + i)] = pr.lse[i];
-      }
+  for_each_sequence_head(p, [&](int b, int h, int hk, const Rows& r) {
+    const auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
+    const auto k = load_rows(p, p.k, b, p.k_start(b), r.nk, hk);
+    const auto v = load_rows(p, p.v, b, p.k_start(b), r.nk, hk);
+    const NaiveProbs pr = naive_probs(p, q, k, r.nq, r.nk);
+    const auto oo = naive_pv(p, pr.p, v, r.nq, r.nk);
+    for (int i = 0; i < r.nq; ++i) {
+      for (int d = 0; d < p.head_dim; ++d)
+        o[static_cast<std::size_t>(((r.q0 + i) * p.heads_q + h) * p.head_dim + d)] = oo[static_cast<std::size_t>(i) * p.head_dim + d];
+      if (lse) (*lse)[static_cast<std::size_t>(h * total_q + r.q0 + i)] = pr.lse[i];
     }
   });
   return o;
