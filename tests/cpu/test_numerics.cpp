@@ -97,6 +97,7 @@ TEST(Numerics, FullyMaskedRows) {
 TEST(Numerics, HugeLogitsStayFiniteAndRight) {
   auto rng = fresh_rng();
   for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
     CaseSpec s = dense(dt, 33, 77, 2, 1, 64);
     s.input_std = 100.0f;  // scaled scores ~ N(0, 1e4)
     s.options.causal = true;
