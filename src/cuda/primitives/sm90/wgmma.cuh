@@ -67,6 +67,15 @@ __device__ __forceinline__ std::uint64_t make_smem_desc_sw128_kmajor(std::uint32
   return desc;
 }
 
+// The descriptor of an operand `bytes` (a multiple of 16) further on in shared memory: only the
+// start-address field (bits 0-13, address >> 4) changes, and it cannot carry into the next
+// field because shared addresses stay below 256 KB. One 32-bit add with an immediate when
+// `bytes` is a compile-time constant, instead of rebuilding the descriptor from the address.
+__device__ __forceinline__ std::uint64_t smem_desc_advance(std::uint64_t desc, std::uint32_t bytes) {
+  const std::uint32_t lo = static_cast<std::uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 // Descriptor of an MN-major, 128-byte-swizzled B operand (used with wgmma_rs<..., true>): the
 // tile is what TMA loads with SWIZZLE_128B and a box of (64 elements of N, R rows of K): K row
 // k of 128 bytes at byte k * 128 (chunks XOR-swizzled by k % 8 as above), a further 64
