@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         wgmma_wait<0>();
         wgmma_fence_operand(o_flat);
         release_stage(pv_empty(prev), lane);
-        rescale_rows<D, true>(o, alpha);  // skipped when no row of the warp raised its max (exact)
+        rescale_rows<D, false>(o, alpha);
         pack();
       }
       const int last = it % S;
