@@ -420,12 +420,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       // buffer, hoisting them cost the masked d64 instances a spill).
       std::uint32_t q_addr = sQ(qb) + 64u * 128u * c;
       asm volatile("" : "+r"(q_addr));
+      const std::uint64_t dq = make_smem_desc_sw128_kmajor(q_addr);
+      const std::uint64_t dk = make_smem_desc_sw128_kmajor(sK(stage));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < D * Tr::kElemBytes / 32; ++ks) {
         const std::uint32_t off = 32u * (ks % 4);
-        const std::uint64_t da = make_smem_desc_sw128_kmajor(q_addr + (ks / 4) * Tr::kQPanelBytes + off);
-        const std::uint64_t db = make_smem_desc_sw128_kmajor(sK(stage) + (ks / 4) * Tr::kKVPanelBytes + off);
+        const std::uint64_t da = smem_desc_advance(dq, (ks / 4) * Tr::kQPanelBytes + off);
+        const std::uint64_t db = smem_desc_advance(dk, (ks / 4) * Tr::kKVPanelBytes + off);
         if constexpr (kFp8) wgmma_ss_e4m3<BN>(s_flat, da, db, ks > 0);
         else wgmma_ss<BN, kBf16>(s_flat, da, db, ks > 0);
       }
@@ -436,13 +438,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     auto issue_pv = [&](int stage) {
       wgmma_fence();
       if constexpr (kFp8) {
+        const std::uint64_t dvt = make_smem_desc_sw128_kmajor(sVt(stage));
 #pragma unroll
-        for (int kt = 0; kt < BN / 32; ++kt)
-          wgmma_rs_e4m3<D>(o_flat, p[kt], make_smem_desc_sw128_kmajor(sVt(stage) + 32u * kt), true);
+        for (int kt = 0; kt < BN / 32; ++kt) wgmma_rs_e4m3<D>(o_flat, p[kt], smem_desc_advance(dvt, 32u * kt), true);
       } else {
+        const std::uint64_t dv = make_smem_desc_sw128_mnmajor(sV(stage), Tr::kKVPanelBytes);
 #pragma unroll
         for (int kt = 0; kt < BN / 16; ++kt) {
-          const std::uint64_t db = make_smem_desc_sw128_mnmajor(sV(stage) + 2048u * kt, Tr::kKVPanelBytes);
+          const std::uint64_t db = smem_desc_advance(dv, 2048u * kt);
           wgmma_rs<D, kBf16, true>(o_flat, p[kt], db, true);
         }
       }
