@@ -531,54 +531,53 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
       if (t == 0) mbarrier_arrive(q_empty(qb));
-      ++q_round;
-      continue;
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      rows[hh].l = sm80::quad_sum(rows[hh].l);
-      const float sc = rows[hh].output_scale();
-      const int r = 64 * c + 16 * warp + g + 8 * hh;  // tile row
-#pragma unroll
-      for (int d = 0; d < D / 8; ++d) {
-        const int chunk = (d % 8) ^ (r % 8);
-        *reinterpret_cast<std::uint32_t*>(q_ptr + (d / 8) * Tr::kQPanelBytes + r * 128 + chunk * 16 +
-                                          4 * q) = Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
-      }
-      const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
-      if (a.lse != nullptr && q == 0 && rr < valid_rows)
-        a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
-    }
-    fence_proxy_async_shared_cta();  // the TMA store reads what these generic stores wrote
-    named_barrier_sync(kEpilogueBarrier0 + c, 128);
-    if (!ragged) {
-      if (t == 0) {
-        if (valid_rows > 0) {
-#pragma unroll
-          for (int p = 0; p < Tr::kPanels; ++p)
-            tma_store_4d(&a.map_o, sQ(qb) + p * Tr::kQPanelBytes + 64u * 128u * c, 64 * p, wg_row0, tc.head, tc.seq);
-          tma_store_commit();
-          tma_store_wait_read<0>();  // the Q buffer may be refilled once the copy has read it
-        }
-        mbarrier_arrive(q_empty(qb));
-      }
     } else {
-      constexpr int kChunks = D / 8;  // 16-byte chunks per row
-      Out* out = static_cast<Out*>(a.o) + (tc.q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row +
-               tc.head * a.o_head;
 #pragma unroll
-      for (int k = 0; k < 64 * kChunks / 128; ++k) {
-        const int idx = t + 128 * k;
-        const int r = idx / kChunks, ch = idx % kChunks;
-        if (r < valid_rows) {
-          const int tr = 64 * c + r;
-          const uint4 v = *reinterpret_cast<const uint4*>(q_ptr + (ch / 8) * Tr::kQPanelBytes +
-                                                          tr * 128 + (((ch % 8) ^ (tr % 8)) * 16));
-          *reinterpret_cast<uint4*>(out + r * a.o_row + ch * 8) = v;
+      for (int hh = 0; hh < 2; ++hh) {
+        rows[hh].l = sm80::quad_sum(rows[hh].l);
+        const float sc = rows[hh].output_scale();
+        const int r = 64 * c + 16 * warp + g + 8 * hh;  // tile row
+#pragma unroll
+        for (int d = 0; d < D / 8; ++d) {
+          const int chunk = (d % 8) ^ (r % 8);
+          *reinterpret_cast<std::uint32_t*>(q_ptr + (d / 8) * Tr::kQPanelBytes + r * 128 + chunk * 16 +
+                                            4 * q) = Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
         }
+        const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
+        if (a.lse != nullptr && q == 0 && rr < valid_rows)
+          a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
       }
-      named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every row read out of the Q buffer
-      if (t == 0) mbarrier_arrive(q_empty(qb));
+      fence_proxy_async_shared_cta();  // the TMA store reads what these generic stores wrote
+      named_barrier_sync(kEpilogueBarrier0 + c, 128);
+      if (!ragged) {
+        if (t == 0) {
+          if (valid_rows > 0) {
+#pragma unroll
+            for (int p = 0; p < Tr::kPanels; ++p)
+              tma_store_4d(&a.map_o, sQ(qb) + p * Tr::kQPanelBytes + 64u * 128u * c, 64 * p, wg_row0, tc.head, tc.seq);
+            tma_store_commit();
+            tma_store_wait_read<0>();  // the Q buffer may be refilled once the copy has read it
+          }
+          mbarrier_arrive(q_empty(qb));
+        }
+      } else {
+        constexpr int kChunks = D / 8;  // 16-byte chunks per row
+        Out* out = static_cast<Out*>(a.o) + (tc.q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row +
+                 tc.head * a.o_head;
+#pragma unroll
+        for (int k = 0; k < 64 * kChunks / 128; ++k) {
+          const int idx = t + 128 * k;
+          const int r = idx / kChunks, ch = idx % kChunks;
+          if (r < valid_rows) {
+            const int tr = 64 * c + r;
+            const uint4 v = *reinterpret_cast<const uint4*>(q_ptr + (ch / 8) * Tr::kQPanelBytes +
+                                                            tr * 128 + (((ch % 8) ^ (tr % 8)) * 16));
+            *reinterpret_cast<uint4*>(out + r * a.o_row + ch * 8) = v;
+          }
+        }
+        named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every row read out of the Q buffer
+        if (t == 0) mbarrier_arrive(q_empty(qb));
+      }
     }
     ++q_round;
   }
