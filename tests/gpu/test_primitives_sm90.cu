@@ -435,6 +435,8 @@ void check_wgmma_ss_mn() {
 }
 
 TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__nv_bfloat16, 64>(); }
+TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__half, 64>(); }
+TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N128Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__nv_bfloat16, 128>(); }
 TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__half, 128>(); }
 
 // The four k16 A fragments (documented register layout) of a 64 x 64 row-major float A, for
@@ -511,44 +513,55 @@ TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N256Bf16) { TESSERA_REQUIRE_SM90(); check
 // ---------------------------------------------------------------------------------------------
 // stmatrix x4 (and .trans): one warp stores four 8x8 matrices of f16 from the fragment layout
 // (register i = matrix i; lane l holds row l / 4, columns 2 (l % 4), +1), lanes 8i .. 8i + 7
-// addressing rows 0..7 of matrix i, stored one after another (8 rows of 16 bytes each). Values
-// are small integers, exact in f16; the raw shared memory is copied out and checked.
+// addressing rows 0..7 of matrix i. So that the test sees whether each lane's address is used,
+// matrix i goes to slot kSlot[i] of the buffer and its row r to row 7 - r of that slot, rows 32
+// bytes apart (16 written, 16 left alone); everything else must keep its poison. Values are
+// small integers, exact in f16; the raw shared memory is copied out and checked.
 
 __host__ __device__ constexpr float st_value(int i, int r, int c) { return static_cast<float>(i * 64 + r * 8 + c); }
+__host__ __device__ constexpr int st_slot(int i) { return i == 0 ? 2 : i == 1 ? 0 : i == 2 ? 3 : 1; }
+constexpr int kStRowHalves = 16;                      // 32 bytes per stored row
+constexpr int kStSlotHalves = 8 * kStRowHalves;       // one matrix
+constexpr int kStHalves = 4 * kStSlotHalves;
+constexpr std::uint16_t kStPoison = 0xFFFF;           // an f16 NaN no stored value equals
+__host__ __device__ constexpr int st_offset(int i, int r, int c) { return st_slot(i) * kStSlotHalves + (7 - r) * kStRowHalves + c; }
 
 template <bool kTrans>
 __global__ void stmatrix_kernel(std::uint16_t* out) {
-  __shared__ alignas(16) std::uint16_t tile[4 * 64];
+  __shared__ alignas(16) std::uint16_t tile[kStHalves];
   const int l = threadIdx.x;
-  for (int i = l; i < 4 * 64; i += 32) tile[i] = 0xFFFF;  // poison: every element must be written
+  for (int i = l; i < kStHalves; i += 32) tile[i] = kStPoison;
   __syncwarp();
   std::uint32_t r[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) r[i] = Traits<__half>::pack2(st_value(i, l / 4, 2 * (l % 4)), st_value(i, l / 4, 2 * (l % 4) + 1));
-  const std::uint32_t addr = sm90::smem_u32(tile) + static_cast<std::uint32_t>(((l / 8) * 64 + (l % 8) * 8) * 2);
+  const std::uint32_t addr = sm90::smem_u32(tile) + static_cast<std::uint32_t>(st_offset(l / 8, l % 8, 0) * 2);
   if constexpr (kTrans) sm90::stmatrix_x4_trans(addr, r[0], r[1], r[2], r[3]);
   else sm90::stmatrix_x4(addr, r[0], r[1], r[2], r[3]);
   __syncwarp();
-  for (int i = l; i < 4 * 64; i += 32) out[i] = tile[i];
+  for (int i = l; i < kStHalves; i += 32) out[i] = tile[i];
 }
 
 template <bool kTrans>
 void check_stmatrix() {
-  DeviceBuffer<std::uint16_t> out(4 * 64);
+  static_assert(st_slot(0) == 2 && st_slot(1) == 0 && st_slot(2) == 3 && st_slot(3) == 1, "a permutation of the slots");
+  DeviceBuffer<std::uint16_t> out(kStHalves);
   stmatrix_kernel<kTrans><<<1, 32>>>(out.get());
   TESSERA_TEST_CUDA(cudaGetLastError());
   const std::vector<std::uint16_t> got = out.read();
-  int bad = 0;
+  std::vector<std::uint16_t> want(kStHalves, kStPoison);
   for (int i = 0; i < 4; ++i)
     for (int r = 0; r < 8; ++r)
       for (int c = 0; c < 8; ++c) {
         // Element (r, c) of stored matrix i: the fragment's (r, c), or (c, r) transposed.
-        const float want = kTrans ? st_value(i, c, r) : st_value(i, r, c);
-        const __half_raw h = __half(want);
-        if (got[i * 64 + r * 8 + c] != h.x && ++bad <= 10)
-          ADD_FAILURE() << "matrix " << i << " (" << r << ", " << c << "): got 0x" << std::hex << got[i * 64 + r * 8 + c]
-                        << ", want " << std::dec << want;
+        const __half_raw h = __half(kTrans ? st_value(i, c, r) : st_value(i, r, c));
+        want[st_offset(i, r, c)] = h.x;
       }
+  int bad = 0;
+  for (int k = 0; k < kStHalves; ++k)
+    if (got[k] != want[k] && ++bad <= 10)
+      ADD_FAILURE() << "half " << k << " (slot " << k / kStSlotHalves << ", row " << (k % kStSlotHalves) / kStRowHalves
+                    << ", col " << k % kStRowHalves << "): got 0x" << std::hex << got[k] << ", want 0x" << want[k];
   EXPECT_EQ(bad, 0);
 }
 

@@ -17,9 +17,10 @@
 // Operands: bf16 x bf16 or f16 x f16 (kBf16), f32 accumulate. Both A and B are K-major here:
 // A is stored as its 64 rows (M) of K contiguous elements, B as its N rows (columns of the
 // math B) of K contiguous elements, i.e. B^T row-major. That is S = Q K^T with Q and K
-// row-major (transpose flags 0). wgmma_rs also takes an MN-major B (kBMnMajor, transpose
-// flag 1): B stored as its K rows of N contiguous elements, i.e. row-major K x N; that is
-// O += P V with V row-major (keys x head_dim), see make_smem_desc_sw128_mnmajor.
+// row-major (transpose flags 0). wgmma_rs, and wgmma_ss at N 64 and 128, also take an MN-major
+// B (kBMnMajor, transpose flag 1): B stored as its K rows of N contiguous elements, i.e.
+// row-major K x N; that is O += P V with V row-major (keys x head_dim), or a backward's dQ = dS K
+// with K row-major; see make_smem_desc_sw128_mnmajor.
 //
 // Accumulator layout (m64nN, f32, N/2 registers per thread): thread t of the warpgroup, warp
 // w = t / 32 owns rows 16w .. 16w+15; with lane = 4*g + q (g in 0..7, q in 0..3), for each
@@ -67,7 +68,7 @@ __device__ __forceinline__ std::uint64_t make_smem_desc_sw128_kmajor(std::uint32
   return desc;
 }
 
-// Descriptor of an MN-major, 128-byte-swizzled B operand (used with wgmma_rs<..., true>): the
+// Descriptor of an MN-major, 128-byte-swizzled B operand (wgmma_rs / wgmma_ss <..., true>): the
 // tile is what TMA loads with SWIZZLE_128B and a box of (64 elements of N, R rows of K): K row
 // k of 128 bytes at byte k * 128 (chunks XOR-swizzled by k % 8 as above), a further 64
 // elements of N in the next panel, `panel_bytes` (= R * 128) later. In the canonical form
