@@ -1,6 +1,7 @@
 // GPU unit tests of the sm90 instruction wrappers (src/cuda/primitives/sm90/): TMA tensor maps
-// and bulk tensor copies, mbarrier phases, wgmma with shared-memory descriptors and register
-// A, setmaxnreg in a warp-specialised kernel, named barriers. Built for sm_90a only
+// and bulk tensor copies, bulk reductions, mbarrier phases, wgmma with shared-memory
+// descriptors (K- or MN-major B) and register A, stmatrix, setmaxnreg in a warp-specialised
+// kernel, named barriers. Built for sm_90a only
 // (tests/CMakeLists.txt); every test skips on a device below compute capability 9.0.
 //
 // The kernels wait on mbarriers through wait_or_trap(), which traps after a long bound
@@ -19,6 +20,7 @@
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/named_barrier.cuh"
 #include "cuda/primitives/sm90/setmaxnreg.cuh"
+#include "cuda/primitives/sm90/stmatrix.cuh"
 #include "cuda/primitives/sm90/tensor_map.h"
 #include "cuda/primitives/sm90/tma.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
@@ -384,6 +386,59 @@ TEST(PrimitivesSm90, WgmmaSsM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<
 TEST(PrimitivesSm90, WgmmaSsM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 128>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 256>(); }
 
+// SS with an MN-major B: A (64 x 64) written K-major at the swizzled positions, B as its 64 K rows
+// of N contiguous elements in 128-byte-swizzled panels of 64 columns (as TMA would load K of a
+// backward's dQ = dS K, or V), descriptor make_smem_desc_sw128_mnmajor, k16 step = 2048 bytes.
+template <typename T, int N>
+__global__ void wgmma_ss_mn_kernel(const float* asrc, const float* bsrc, float* c) {
+  unsigned char* a_tile = smem_1024();
+  unsigned char* b_tile = a_tile + 64 * 128;
+  auto* a16 = reinterpret_cast<T*>(a_tile);
+  auto* b16 = reinterpret_cast<T*>(b_tile);
+  constexpr int kPanelBytes = 64 * 128;
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {
+    const int m = i / 64, k = i % 64;
+    if constexpr (Traits<T>::is_bf16) a16[swz128(m, k)] = __float2bfloat16(asrc[i]);
+    else a16[swz128(m, k)] = __float2half(asrc[i]);
+  }
+  for (int i = threadIdx.x; i < N * 64; i += blockDim.x) {
+    const int n = i / 64, k = i % 64;  // bsrc is N x K row-major (GemmCase::b)
+    const int at = (n / 64) * (kPanelBytes / 2) + swz128(k, n % 64);
+    if constexpr (Traits<T>::is_bf16) b16[at] = __float2bfloat16(bsrc[i]);
+    else b16[at] = __float2half(bsrc[i]);
+  }
+  sm90::fence_proxy_async_shared_cta();
+  __syncthreads();
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = 3.0f;  // ignored (the first step does not accumulate)
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const std::uint64_t da = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(a_tile) + 32 * k);
+    const std::uint64_t db = sm90::make_smem_desc_sw128_mnmajor(sm90::smem_u32(b_tile) + 2048 * k, kPanelBytes);
+    sm90::wgmma_ss<N, Traits<T>::is_bf16, true>(d, da, db, k > 0);
+  }
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::wgmma_fence_operand(d);
+  store_accumulators<N>(d, c, threadIdx.x, 0);
+}
+
+template <typename T, int N>
+void check_wgmma_ss_mn() {
+  const GemmCase g(64, N);
+  DeviceBuffer<float> da(g.a), db(g.b), dc(64 * N);
+  wgmma_ss_mn_kernel<T, N><<<1, 128, 64 * 128 + N * 128 + 1024>>>(da.get(), db.get(), dc.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  g.check(dc.read(), Traits<T>::name);
+}
+
+TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__nv_bfloat16, 64>(); }
+TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__half, 64>(); }
+TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N128Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__nv_bfloat16, 128>(); }
+TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__half, 128>(); }
+
 // The four k16 A fragments (documented register layout) of a 64 x 64 row-major float A, for
 // thread t of the warpgroup.
 template <typename T>
@@ -454,6 +509,104 @@ TEST(PrimitivesSm90, WgmmaRsM64N128Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_r
 TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__nv_bfloat16, 64, true>(); }
 TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__half, 128, true>(); }
 TEST(PrimitivesSm90, WgmmaRsMnMajorBM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_rs<__nv_bfloat16, 256, true>(); }
+
+// ---------------------------------------------------------------------------------------------
+// stmatrix x4 (and .trans): one warp stores four 8x8 matrices of f16 from the fragment layout
+// (register i = matrix i; lane l holds row l / 4, columns 2 (l % 4), +1), lanes 8i .. 8i + 7
+// addressing rows 0..7 of matrix i. So that the test sees whether each lane's address is used,
+// matrix i goes to slot kSlot[i] of the buffer and its row r to row 7 - r of that slot, rows 32
+// bytes apart (16 written, 16 left alone); everything else must keep its poison. Values are
+// small integers, exact in f16; the raw shared memory is copied out and checked.
+
+__host__ __device__ constexpr float st_value(int i, int r, int c) { return static_cast<float>(i * 64 + r * 8 + c); }
+__host__ __device__ constexpr int st_slot(int i) { return i == 0 ? 2 : i == 1 ? 0 : i == 2 ? 3 : 1; }
+constexpr int kStRowHalves = 16;                      // 32 bytes per stored row
+constexpr int kStSlotHalves = 8 * kStRowHalves;       // one matrix
+constexpr int kStHalves = 4 * kStSlotHalves;
+constexpr std::uint16_t kStPoison = 0xFFFF;           // an f16 NaN no stored value equals
+__host__ __device__ constexpr int st_offset(int i, int r, int c) { return st_slot(i) * kStSlotHalves + (7 - r) * kStRowHalves + c; }
+
+template <bool kTrans>
+__global__ void stmatrix_kernel(std::uint16_t* out) {
+  __shared__ alignas(16) std::uint16_t tile[kStHalves];
+  const int l = threadIdx.x;
+  for (int i = l; i < kStHalves; i += 32) tile[i] = kStPoison;
+  __syncwarp();
+  std::uint32_t r[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[i] = Traits<__half>::pack2(st_value(i, l / 4, 2 * (l % 4)), st_value(i, l / 4, 2 * (l % 4) + 1));
+  const std::uint32_t addr = sm90::smem_u32(tile) + static_cast<std::uint32_t>(st_offset(l / 8, l % 8, 0) * 2);
+  if constexpr (kTrans) sm90::stmatrix_x4_trans(addr, r[0], r[1], r[2], r[3]);
+  else sm90::stmatrix_x4(addr, r[0], r[1], r[2], r[3]);
+  __syncwarp();
+  for (int i = l; i < kStHalves; i += 32) out[i] = tile[i];
+}
+
+template <bool kTrans>
+void check_stmatrix() {
+  static_assert(st_slot(0) == 2 && st_slot(1) == 0 && st_slot(2) == 3 && st_slot(3) == 1, "a permutation of the slots");
+  DeviceBuffer<std::uint16_t> out(kStHalves);
+  stmatrix_kernel<kTrans><<<1, 32>>>(out.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const std::vector<std::uint16_t> got = out.read();
+  std::vector<std::uint16_t> want(kStHalves, kStPoison);
+  for (int i = 0; i < 4; ++i)
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 8; ++c) {
+        // Element (r, c) of stored matrix i: the fragment's (r, c), or (c, r) transposed.
+        const __half_raw h = __half(kTrans ? st_value(i, c, r) : st_value(i, r, c));
+        want[st_offset(i, r, c)] = h.x;
+      }
+  int bad = 0;
+  for (int k = 0; k < kStHalves; ++k)
+    if (got[k] != want[k] && ++bad <= 10)
+      ADD_FAILURE() << "half " << k << " (slot " << k / kStSlotHalves << ", row " << (k % kStSlotHalves) / kStRowHalves
+                    << ", col " << k % kStRowHalves << "): got 0x" << std::hex << got[k] << ", want 0x" << want[k];
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(PrimitivesSm90, Stmatrix) { TESSERA_REQUIRE_SM90(); check_stmatrix<false>(); }
+TEST(PrimitivesSm90, StmatrixTrans) { TESSERA_REQUIRE_SM90(); check_stmatrix<true>(); }
+
+// ---------------------------------------------------------------------------------------------
+// Bulk reduce-add (cp.reduce.async.bulk .add.f32): every CTA adds its shared buffer of kRedFloats
+// into the same global range at a 16-byte offset; the floats around the range must stay as
+// they were. Small integers and halves: the sums are exact whatever the order of the adds.
+
+constexpr int kRedFloats = 1012;  // 4048 bytes: a multiple of 16, not of a larger power of two
+constexpr int kRedOffset = 4;     // floats: 16 bytes into the destination
+constexpr int kRedCtas = 8;
+__host__ __device__ constexpr float red_value(int cta, int i) { return static_cast<float>(cta + 1 + i % 7); }
+
+__global__ void bulk_reduce_kernel(float* dst) {
+  __shared__ alignas(128) float src[kRedFloats];
+  for (int i = threadIdx.x; i < kRedFloats; i += blockDim.x) src[i] = red_value(blockIdx.x, i);
+  sm90::fence_proxy_async_shared_cta();  // the copy engine reads what these stores wrote
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::bulk_reduce_add_f32(dst + kRedOffset, sm90::smem_u32(src), kRedFloats * 4);
+    sm90::tma_store_commit();
+    sm90::tma_store_wait<0>();
+  }
+}
+
+TEST(PrimitivesSm90, BulkReduceAddF32) {
+  TESSERA_REQUIRE_SM90();
+  std::vector<float> init(kRedFloats + 2 * kRedOffset);
+  for (std::size_t i = 0; i < init.size(); ++i) init[i] = 0.5f + static_cast<float>(i % 3);
+  DeviceBuffer<float> dst(init);
+  bulk_reduce_kernel<<<kRedCtas, 128>>>(dst.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const std::vector<float> got = dst.read();
+  int bad = 0;
+  for (int i = 0; i < static_cast<int>(init.size()); ++i) {
+    float want = init[i];
+    if (i >= kRedOffset && i < kRedOffset + kRedFloats)
+      for (int b = 0; b < kRedCtas; ++b) want += red_value(b, i - kRedOffset);
+    if (got[i] != want && ++bad <= 10) ADD_FAILURE() << "dst[" << i << "]: got " << got[i] << ", want " << want;
+  }
+  EXPECT_EQ(bad, 0);
+}
 
 // ---------------------------------------------------------------------------------------------
 // FP8 (e4m3) wgmma, k32: A (64 x 128) and B (N x 128), both K-major in one 128-byte swizzled

@@ -110,7 +110,21 @@ __device__ __forceinline__ void tma_store_5d(const CUtensorMap* map, std::uint32
                : "memory");
 }
 
-// Closes the calling thread's pending bulk stores into one group.
+// ----- bulk reduction: cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 -----
+// dst[i] += src[i] for `bytes` / 4 floats, performed by the copy engine (element-wise atomic
+// adds at gpu scope; different CTAs may target the same dst). src: shared address, dst: global,
+// both 16-byte aligned, bytes a multiple of 16. Like a TMA store: ordinary stores into src
+// need fence_proxy_async_shared_cta() (and a barrier) first; commit and wait with the store
+// functions below (wait_read before src is rewritten, wait for the adds to be performed). The
+// wait orders the adds for the issuing thread only: other CTAs of the same kernel reading the
+// sums need more (a kernel boundary, or a release/acquire pair).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, std::uint32_t src, std::uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+
+// Closes the calling thread's pending bulk stores (and bulk reductions) into one group.
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // Waits until at most N of the calling thread's store groups still read their shared source.

@@ -17,9 +17,10 @@
 // Operands: bf16 x bf16 or f16 x f16 (kBf16), f32 accumulate. Both A and B are K-major here:
 // A is stored as its 64 rows (M) of K contiguous elements, B as its N rows (columns of the
 // math B) of K contiguous elements, i.e. B^T row-major. That is S = Q K^T with Q and K
-// row-major (transpose flags 0). wgmma_rs also takes an MN-major B (kBMnMajor, transpose
-// flag 1): B stored as its K rows of N contiguous elements, i.e. row-major K x N; that is
-// O += P V with V row-major (keys x head_dim), see make_smem_desc_sw128_mnmajor.
+// row-major (transpose flags 0). wgmma_rs, and wgmma_ss at N 64 and 128, also take an MN-major
+// B (kBMnMajor, transpose flag 1): B stored as its K rows of N contiguous elements, i.e.
+// row-major K x N; that is O += P V with V row-major (keys x head_dim), or a backward's dQ = dS K
+// with K row-major; see make_smem_desc_sw128_mnmajor.
 //
 // Accumulator layout (m64nN, f32, N/2 registers per thread): thread t of the warpgroup, warp
 // w = t / 32 owns rows 16w .. 16w+15; with lane = 4*g + q (g in 0..7, q in 0..3), for each
@@ -120,12 +121,13 @@ namespace detail {
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 #define TESSERA_WGMMA_DREGS256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_ss_m64n64k16_bf16(float (&d)[32], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS64 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS64 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
       : TESSERA_WGMMA_D64
-      : "l"(da), "l"(db), "r"(scale_d));
+      : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 template <int kTransB>
@@ -138,12 +140,13 @@ __device__ __forceinline__ void wgmma_rs_m64n64k16_bf16(float (&d)[32], const st
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_ss_m64n64k16_f16(float (&d)[32], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " TESSERA_WGMMA_DREGS64 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " TESSERA_WGMMA_DREGS64 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
       : TESSERA_WGMMA_D64
-      : "l"(da), "l"(db), "r"(scale_d));
+      : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 template <int kTransB>
@@ -156,12 +159,13 @@ __device__ __forceinline__ void wgmma_rs_m64n64k16_f16(float (&d)[32], const std
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_ss_m64n128k16_bf16(float (&d)[64], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS128 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS128 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
       : TESSERA_WGMMA_D128
-      : "l"(da), "l"(db), "r"(scale_d));
+      : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 template <int kTransB>
@@ -174,12 +178,13 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16_bf16(float (&d)[64], const s
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
+template <int kTransB>
 __device__ __forceinline__ void wgmma_ss_m64n128k16_f16(float (&d)[64], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " TESSERA_WGMMA_DREGS128 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " TESSERA_WGMMA_DREGS128 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
       : TESSERA_WGMMA_D128
-      : "l"(da), "l"(db), "r"(scale_d));
+      : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
 template <int kTransB>
@@ -306,10 +311,14 @@ __device__ __forceinline__ void wgmma_rs_m64n256k32_e4m3(float (&d)[128], const 
 // D(64 x N) = A * B (+ D when accumulate), A and B from shared memory (descriptors da, db).
 // N in {64, 80, 128, 176, 256} (80 and 176: K tiles of the attention kernels); kBf16: true = bf16
 // operands, false = f16. `accumulate` false ignores the
-// prior contents of d (use it for the first k step instead of zeroing d).
-template <int N, bool kBf16>
+// prior contents of d (use it for the first k step instead of zeroing d). kBMnMajor (N 64 or
+// 128): B is MN-major (make_smem_desc_sw128_mnmajor, as for wgmma_rs), e.g. K read with its rows
+// as the K dimension in a backward's dQ = dS K.
+template <int N, bool kBf16, bool kBMnMajor = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, std::uint64_t db, bool accumulate) {
   const std::uint32_t scale_d = accumulate ? 1u : 0u;
+  constexpr int kTransB = kBMnMajor ? 1 : 0;
+  static_assert(!kBMnMajor || N == 64 || N == 128, "wgmma_ss: MN-major B for N in {64, 128} (add as needed)");
   static_assert(N == 64 || N == 80 || N == 128 || N == 176 || N == 256,
                 "wgmma_ss: N in {64, 80, 128, 176, 256} (add instantiations as needed)");
   if constexpr (N == 80) {
@@ -319,11 +328,11 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, st
     if constexpr (kBf16) detail::wgmma_ss_m64n176k16_bf16(d, da, db, scale_d);
     else detail::wgmma_ss_m64n176k16_f16(d, da, db, scale_d);
   } else if constexpr (N == 64) {
-    if constexpr (kBf16) detail::wgmma_ss_m64n64k16_bf16(d, da, db, scale_d);
-    else detail::wgmma_ss_m64n64k16_f16(d, da, db, scale_d);
+    if constexpr (kBf16) detail::wgmma_ss_m64n64k16_bf16<kTransB>(d, da, db, scale_d);
+    else detail::wgmma_ss_m64n64k16_f16<kTransB>(d, da, db, scale_d);
   } else if constexpr (N == 128) {
-    if constexpr (kBf16) detail::wgmma_ss_m64n128k16_bf16(d, da, db, scale_d);
-    else detail::wgmma_ss_m64n128k16_f16(d, da, db, scale_d);
+    if constexpr (kBf16) detail::wgmma_ss_m64n128k16_bf16<kTransB>(d, da, db, scale_d);
+    else detail::wgmma_ss_m64n128k16_f16<kTransB>(d, da, db, scale_d);
   } else {
     if constexpr (kBf16) detail::wgmma_ss_m64n256k16_bf16(d, da, db, scale_d);
     else detail::wgmma_ss_m64n256k16_f16(d, da, db, scale_d);
