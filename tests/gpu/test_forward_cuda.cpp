@@ -125,6 +125,15 @@ std::vector<CaseSpec> grid() {
       ragged(f16, {300, 0, 17, 129, 1, 256, 77, 200, 3, 128, 90, 260, 5, 64, 150, 199, 33, 280, 0, 140},
              {100, 50, 17, 300, 1, 0, 77, 200, 40, 128, 90, 260, 5, 64, 150, 199, 33, 280, 7, 140}, 8, 4, 128,
              opts(false)),
+      // Masked and ragged problems with more tiles than SMs: persistent CTAs take their tiles
+      // from the launch's counter (the dynamic walk); the producer skips tiles past a sequence.
+      dense(bf16, 6, 700, 700, 8, 2, 128, opts(true)),                  // causal: 6 x 48 = 288 tiles
+      dense(f16, 4, 1000, 900, 8, 8, 64, opts(true)),                   // causal, 192-row tiles: 192
+      dense(bf16, 3, 600, 900, 16, 4, 256, opts(false, 100, 50, 2.0f)),  // window + softcap: 240
+      ragged(bf16, {700, 13, 450, 0, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333},
+             {700, 13, 600, 5, 640, 300, 300, 555, 1, 380, 900, 64, 220, 511, 90, 333}, 8, 2, 128, opts(true)),
+      ragged(f16, {700, 13, 450, 0, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333},
+             {650, 13, 450, 9, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333}, 8, 8, 64, opts(false)),
   };
 }
 

@@ -46,7 +46,9 @@ struct FwdArgs {
   // Ragged batches with device cu_seqlens: m_blocks counts virtual query blocks over all
   // sequences (math/ragged_tiles.h) and the tile space is m_blocks x heads (no batch factor).
   bool ragged_virtual = false;
-  std::int64_t total_q = 0;  // ragged: packed query rows (the launch's grid choice)
+  // Dynamic tile walk: a zeroed counter the CTAs take their next tiles from (after their first,
+  // blockIdx.x); nullptr: CTA x walks x, x + gridDim.x, ...
+  unsigned int* tile_counter = nullptr;
   // m_blocks x heads x batch (x heads when ragged_virtual), computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;
