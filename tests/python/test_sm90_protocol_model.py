@@ -215,7 +215,8 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
                 assert qbuf[b]["rows"][c] == ("q", t)
                 assert kbuf[st] == (t, 0)
                 pas()
-                yield
+                yield  # the wgmma runs until its wait: Q and K must still hold this tile's data
+                assert qbuf[b]["rows"][c] == ("q", t) and kbuf[st] == (t, 0), "Q or K overwritten under the wgmma"
                 k_empty[st].arrive(4)
                 for i in range(1, n):
                     prev = it % S
@@ -231,8 +232,10 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
                     assert pvb[prev] == (t, i - 1), (pvb[prev], (t, i - 1))
                     pas()
                     yield
+                    assert qbuf[b]["rows"][c] == ("q", t) and kbuf[st] == (t, i), "Q or K overwritten under the wgmma"
                     k_empty[st].arrive(4)
                     yield
+                    assert pvb[prev] == (t, i - 1), "V overwritten under the wgmma"
                     pve[prev].arrive(4)
                 last = it % S
                 while not pvf[last].try_wait((it // S) & 1):
@@ -241,6 +244,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
                 assert pvb[last] == (t, n - 1)
                 pas()
                 yield
+                assert pvb[last] == (t, n - 1), "V overwritten under the wgmma"
                 pve[last].arrive(4)
                 it += 1
             # epilogue: overwrite own Q rows, release

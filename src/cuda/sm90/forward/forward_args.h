@@ -38,8 +38,8 @@ struct FwdArgs {
     __device__ float at(int seq, int h_kv) const { return ptr == nullptr ? 1.0f : ptr[seq * batch + h_kv * head]; }
   };
   Descale q_descale, k_descale, v_descale;
-  // The persistent grid's work: m_blocks x heads x batch tiles of kBlockM query rows, taken
-  // by CTA i as tiles i, i + gridDim.x, ... (tile_coords in kernel.cuh gives the order).
+  // The grid's work: m_blocks x heads x batch tiles of kBlockM query rows; CTA i takes tile i
+  // first, then i + gridDim.x, ... or the counter's next (tile_coords in kernel.cuh gives the order).
   int m_blocks = 0;
   int heads = 0;
   int batch = 0;
@@ -55,7 +55,7 @@ struct FwdArgs {
 };
 
 // One instance per (dtype, head dim, K tile width, mask kind), defined in instance_hdim*.cu;
-// a grid of min(tiles, num_sms) persistent CTAs.
+// a grid of min(tiles, num_sms) persistent CTAs (launch_template.cuh says when one per tile).
 template <typename T, int kHeadDim, int kBlockN, bool kMasked>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream);
 

@@ -1,5 +1,6 @@
 // The sm90 forward kernel (FA3 structure): a CTA walks tiles of (query block, query head,
-// sequence) (persistent, one per SM, for unmasked dense problems; one tile each otherwise); a
+// sequence) (persistent, one per SM: a static walk for unmasked dense problems, a dynamic one
+// from a global counter for masked and ragged ones; one tile per CTA without the counter); a
 // producer warpgroup feeds Q and K/V tiles by TMA into a ring of shared-memory stages, and two
 // (three at head_dim 64) consumer warpgroups run S = Q K^T and O += P V on wgmma with the online
 // softmax in registers.
@@ -270,8 +271,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
   const int num_tiles = a.num_tiles;
   const bool ragged = a.cu_seqlens_q != nullptr;
-  // One tile per CTA (masked or ragged launches): the CTA of an empty tile (past its sequence)
-  // leaves before any setup; ragged tile spaces are mostly such tiles.
+  // One tile per CTA (masked or ragged launches without the tile counter): the CTA of an empty
+  // tile (past its sequence) leaves before any setup.
   if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked>(a, blockIdx.x).active) return;
 
   if (threadIdx.x == 0) {
@@ -300,10 +301,11 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    // ---- producer: one thread issues every copy, running ahead of the consumers by up to
-    // kStages K/V tiles and into the next tile (its first K tile, then Q once the consumers
-    // have released that Q buffer: with two buffers, the one of the tile before this one,
-    // long done; with one, this one, after their epilogue has staged O in it) ----
+    // ---- producer: one thread takes the tiles, publishes each in the tile ring, and issues
+    // every copy, running ahead of the consumers by up to kStages K/V tiles and into the next
+    // tile (its first K tile, then Q once the consumers have released that Q buffer: with two
+    // buffers, the one of the tile before this one, long done; with one, this one, after their
+    // epilogue has staged O in it) ----
     setmaxnreg_dec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&a.map_q);
@@ -314,9 +316,12 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       // The tile after `tile`: a static stride, or the next index of the launch's counter
       // (dynamic: whichever CTA is free takes the next tile, in index order, as a grid of one
       // CTA per tile would be scheduled, without a CTA launch per tile).
+      // 64-bit sums clamped to num_tiles: no int overflow near the end of a large tile space.
       auto next_tile = [&](int tile) {
-        return a.tile_counter == nullptr ? tile + static_cast<int>(gridDim.x)
-                                         : static_cast<int>(gridDim.x + atomicAdd(a.tile_counter, 1u));
+        const long long next = a.tile_counter == nullptr
+                                   ? static_cast<long long>(tile) + gridDim.x
+                                   : static_cast<long long>(gridDim.x) + atomicAdd(a.tile_counter, 1u);
+        return static_cast<int>(next < num_tiles ? next : num_tiles);
       };
       // q_round (one Q load per tile) is also the tile ring's position.
       for (int tile = blockIdx.x;;) {

@@ -1,6 +1,6 @@
 // Tile shapes and shared-memory layout of the sm90 forward (warp-specialised, TMA + wgmma).
 //
-// A CTA (persistent, one per SM, for unmasked dense problems; one per tile otherwise) has 1
+// A CTA (persistent, one per SM; see launch_template.cuh for its walk) has 1
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
 // with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64), each owning 64 query rows of
 // the 128-row (192-row) Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from

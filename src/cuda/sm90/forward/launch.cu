@@ -189,7 +189,7 @@ bool run_forward(const AttentionParams& p) {
     m_blocks = virtual_blocks;
     tiles = virtual_blocks * p.heads_q;
   }
-  if (tiles > 0x7fffffffLL) return false;
+  if (tiles > 0x3fffffffLL) return false;  // (tile + grid stays an int: both are <= 2^30)
   a.m_blocks = static_cast<int>(m_blocks);
   a.heads = p.heads_q;
   a.batch = p.batch;

@@ -38,9 +38,12 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   if (kMasked || ragged) {
     grid = tiles;
     if (tiles > num_sms) {
-      if (cudaMallocAsync(reinterpret_cast<void**>(&counter), sizeof(unsigned int), s) != cudaSuccess) {
-        (void)cudaGetLastError();  // not an error of ours to report: fall back
+      const cudaError_t alloc = cudaMallocAsync(reinterpret_cast<void**>(&counter), sizeof(unsigned int), s);
+      if (alloc == cudaErrorMemoryAllocation || alloc == cudaErrorNotSupported) {
+        (void)cudaGetLastError();  // no memory or no stream-ordered allocator: one CTA per tile
         counter = nullptr;
+      } else if (alloc != cudaSuccess) {
+        TESSERA_CUDA_CHECK(alloc);  // e.g. an invalidated stream capture: report, do not hide
       } else if (const cudaError_t zeroed = cudaMemsetAsync(counter, 0, sizeof(unsigned int), s); zeroed != cudaSuccess) {
         (void)cudaFreeAsync(counter, s);
         TESSERA_CUDA_CHECK(zeroed);
@@ -52,8 +55,11 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   }
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
   const cudaError_t launched = cudaGetLastError();
-  if (counter != nullptr) TESSERA_CUDA_CHECK(cudaFreeAsync(counter, s));
-  if (launched != cudaSuccess) TESSERA_CUDA_CHECK(launched);
+  if (counter != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(counter, s);
+    if (launched == cudaSuccess) TESSERA_CUDA_CHECK(freed);  // else the launch's error is the one to report
+  }
+  TESSERA_CUDA_CHECK(launched);
 }
 
 }  // namespace tessera::cuda::sm90
