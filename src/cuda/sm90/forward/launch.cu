@@ -175,9 +175,9 @@ bool run_forward(const AttentionParams& p) {
   a.q_descale = {p.q_descale.ptr, p.q_descale.batch, p.q_descale.head};
   a.k_descale = {p.k_descale.ptr, p.k_descale.batch, p.k_descale.head};
   a.v_descale = {p.v_descale.ptr, p.v_descale.batch, p.v_descale.head};
-  // The kernel numbers tiles in int and a grid holds at most 2^31 - 1 CTAs: larger tile spaces
-  // (ragged batches size theirs by a bound on the longest sequence) go to the portable path,
-  // whose 3D grid has no such limit.
+  // The kernel numbers tiles in int and steps a CTA's tile index by the grid size (up to the
+  // tile count): tile spaces past 2^30 (ragged batches size theirs by a bound on the longest
+  // sequence) go to the portable path, whose 3D grid has no such limit.
   // Ragged: blocks of the longest sequence x sequences, or virtual blocks over all sequences
   // (math/ragged_tiles.h), whichever is fewer; with device cu_seqlens seq_q is only the total
   // token count, and the virtual numbering avoids a batch-times-too-large grid.
