@@ -125,6 +125,15 @@ std::vector<CaseSpec> grid() {
       ragged(f16, {300, 0, 17, 129, 1, 256, 77, 200, 3, 128, 90, 260, 5, 64, 150, 199, 33, 280, 0, 140},
              {100, 50, 17, 300, 1, 0, 77, 200, 40, 128, 90, 260, 5, 64, 150, 199, 33, 280, 7, 140}, 8, 4, 128,
              opts(false)),
+      // Masked and ragged problems with more tiles than SMs: persistent CTAs take their tiles
+      // from the launch's counter (the dynamic walk); the producer skips tiles past a sequence.
+      dense(bf16, 6, 700, 700, 8, 2, 128, opts(true)),                  // causal: 6 x 48 = 288 tiles
+      dense(f16, 4, 1000, 900, 8, 8, 64, opts(true)),                   // causal, 192-row tiles: 192
+      dense(bf16, 3, 600, 900, 16, 4, 256, opts(false, 100, 50, 2.0f)),  // window + softcap: 240
+      ragged(bf16, {700, 13, 450, 0, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333},
+             {700, 13, 600, 5, 640, 300, 300, 555, 1, 380, 900, 64, 220, 511, 90, 333}, 8, 2, 128, opts(true)),
+      ragged(f16, {700, 13, 450, 0, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333},
+             {650, 13, 450, 9, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333}, 8, 8, 64, opts(false)),
   };
 }
 
@@ -224,6 +233,41 @@ TEST(CudaForward, WithoutLseWritesNoLse) {
   const auto oracle = cpu::reference::forward(p);
   const auto naive = naive_same_precision_forward(p);
   EXPECT_LE(max_abs_error(g.host.out_packed(), oracle.o), tolerance(naive, oracle.o, DType::bf16));
+}
+
+// A causal problem with more tiles than SMs: on sm90 its persistent CTAs take tiles from a
+// counter the call allocates and zeroes on its stream. Captured in a CUDA graph, every replay
+// must find the counter zeroed again and give the eager call's bytes.
+TEST(CudaForward, GraphReplaysOfAMaskedLaunchMatchTheEagerCall) {
+  auto rng = fresh_rng();
+  GpuCase g(dense(DType::bf16, 6, 700, 700, 8, 2, 128, opts(true)), rng);
+  g.run();
+  EXPECT_EQ(g.host.out.count_nan(), 0);
+  const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
+  cudaStream_t stream = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamCreate(&stream));
+  ExecutionContext ctx;
+  ctx.stream = stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), g.lse.view(), g.host.options(), ctx);
+  TESSERA_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    g.out.poison(g.host.out);
+    g.lse.poison(g.host.lse);
+    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+    g.out.download(g.host.out);
+    g.lse.download(g.host.lse);
+    EXPECT_TRUE(o_eager == g.host.out.bytes());
+    EXPECT_TRUE(l_eager == g.host.lse.bytes());
+  }
+  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
+  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
+  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
 TEST(CudaForward, RepeatableAndStreamOrdered) {

@@ -1,6 +1,6 @@
 // Tile shapes and shared-memory layout of the sm90 forward (warp-specialised, TMA + wgmma).
 //
-// A CTA (persistent, one per SM, for unmasked dense problems; one per tile otherwise) has 1
+// A CTA (persistent, one per SM; see launch_template.cuh for its walk) has 1
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
 // with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64), each owning 64 query rows of
 // the 128-row (192-row) Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from
@@ -72,8 +72,15 @@ struct FwdTraits {
   static constexpr int kKVTileBytes = kPanels * kKVPanelBytes;
   // FP8: V^T (head_dim rows of kBlockN keys), K-major for the P V product.
   static constexpr int kVtTileBytes = kFp8 ? kHeadDim * 128 : 0;
-  // K/V ring and barriers past the Q buffers (without them: the smem a second Q buffer must fit beside).
-  static constexpr int kRingBytes = 2 * kStages * kKVTileBytes + kStages * kVtTileBytes + 8 * (4 + (kFp8 ? 6 : 4) * kStages) + 1024;
+  // Barriers: Q full and Q empty per Q buffer, tile full and tile empty per slot of the tile
+  // ring, then K full / K empty / V full / V empty (/ Vt full / Vt empty for fp8), kStages each.
+  static constexpr int kTileSlots = 2;  // tile indices the producer publishes ahead
+  static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
+  // Past the Q buffers: the K/V (and V^T) ring, the barriers with two Q buffers' worth, the
+  // tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
+  // kernel rounds it up).
+  static constexpr int kRingBytes =
+      2 * kStages * kKVTileBytes + kStages * kVtTileBytes + 8 * (4 + kStageBarriers) + 4 * kTileSlots + 1024;
   // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
   // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
   // waits for the epilogue (the consumers stage O in the buffer Q was in).
@@ -83,12 +90,10 @@ struct FwdTraits {
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kVtOffset = kVOffset + kStages * kKVTileBytes;
   static constexpr int kBarrierOffset = kVtOffset + kStages * kVtTileBytes;
-  // Barriers: Q full and Q empty per Q buffer, then K full / K empty / V full / V empty (/ Vt
-  // full / Vt empty for fp8), kStages each.
   static constexpr int kQBarriers = 2 * kQBuffers;
-  static constexpr int kBarriers = kQBarriers + (kFp8 ? 6 : 4) * kStages;
-  // + 1024: the dynamic smem base is only 16-byte aligned; the kernel rounds it up.
-  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
+  static constexpr int kBarriers = kQBarriers + kStageBarriers;
+  static constexpr int kTileSlotOffset = kBarrierOffset + 8 * kBarriers;
+  static constexpr int kSmemBytes = kTileSlotOffset + 4 * kTileSlots + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
   static_assert(kKOffset % 1024 == 0 && kKVTileBytes % 1024 == 0, "swizzled tiles are 1024-byte aligned");
 };

@@ -185,7 +185,6 @@ bool run_forward(const AttentionParams& p) {
   long long tiles = m_blocks * p.heads_q * p.batch;
   const long long virtual_blocks = ragged ? math::ragged_virtual_blocks(p.total_q, p.batch, box_m) : 0;
   a.ragged_virtual = ragged && virtual_blocks * p.heads_q < tiles;
-  a.total_q = ragged ? p.total_q : 0;
   if (a.ragged_virtual) {
     m_blocks = virtual_blocks;
     tiles = virtual_blocks * p.heads_q;
