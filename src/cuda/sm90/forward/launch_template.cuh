@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.h"
+#include "cuda/common/scratch_pool.h"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/kernel.cuh"
 
@@ -27,8 +28,9 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   // walk dynamically: persistent CTAs take their next tile from a counter in index order (the
   // longest query block of a head first), as a grid of one CTA per tile would be scheduled but
   // without a CTA launch, setup and exposed Q load per tile. The counter is a 4-byte
-  // stream-ordered allocation, zeroed before the launch (graph-capturable); if it cannot be
-  // had, one CTA per tile.
+  // stream-ordered allocation from tessera's scratch pool (which, unlike the default pool, keeps
+  // its memory across synchronizations), zeroed before the launch (graph-capturable); if it
+  // cannot be had, one CTA per tile.
   const bool ragged = args.cu_seqlens_q != nullptr;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const long long persistent = tiles < num_sms ? tiles : num_sms;
@@ -38,7 +40,11 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   if (kMasked || ragged) {
     grid = tiles;
     if (tiles > num_sms) {
-      const cudaError_t alloc = cudaMallocAsync(reinterpret_cast<void**>(&counter), sizeof(unsigned int), s);
+      int device = 0;
+      TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+      const cudaMemPool_t pool = scratch_pool(device);
+      const cudaError_t alloc = pool == nullptr ? cudaErrorNotSupported
+                                                : cudaMallocFromPoolAsync(reinterpret_cast<void**>(&counter), sizeof(unsigned int), pool, s);
       if (alloc == cudaErrorMemoryAllocation || alloc == cudaErrorNotSupported) {
         (void)cudaGetLastError();  // no memory or no stream-ordered allocator: one CTA per tile
         counter = nullptr;
