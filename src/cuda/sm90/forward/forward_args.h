@@ -49,6 +49,9 @@ struct FwdArgs {
   // Dynamic tile walk: a zeroed counter the CTAs take their next tiles from (after their first,
   // blockIdx.x); nullptr: CTA x walks x, x + gridDim.x, ...
   unsigned int* tile_counter = nullptr;
+  // Keys per sequence, on average (dense: seq_k; ragged: total_k / batch): the launch walks
+  // dynamically only where tiles are short (launch_template.cuh).
+  std::int64_t mean_keys = 0;
   // m_blocks x heads x batch (x heads when ragged_virtual), computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;

@@ -194,6 +194,7 @@ bool run_forward(const AttentionParams& p) {
   a.heads = p.heads_q;
   a.batch = p.batch;
   a.num_tiles = static_cast<int>(tiles);
+  a.mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
 
   DeviceScope scope(p.device.index);
   int num_sms = 0;

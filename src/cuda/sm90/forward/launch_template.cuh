@@ -27,7 +27,10 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   // (its heaviest CTA carried 1.57x the mean) and 1.13x slower on 16 ragged sequences. Those
   // walk dynamically: persistent CTAs take their next tile from a counter in index order (the
   // longest query block of a head first), as a grid of one CTA per tile would be scheduled but
-  // without a CTA launch, setup and exposed Q load per tile. The counter is a 4-byte
+  // without a CTA launch, setup and exposed Q load per tile. Only where sequences are short
+  // (at most kDynamicMaxKeys keys on average): measured against one CTA per tile, causal d128
+  // 1k -4 %, d64 1k -11 %, 128 ragged sequences -6 %, but causal 16k +3.7 % (not understood;
+  // docs/perf/forward_sm90.md), so long sequences keep one CTA per tile. The counter is a 4-byte
   // stream-ordered allocation from tessera's scratch pool (which, unlike the default pool, keeps
   // its memory across synchronizations), zeroed before the launch (graph-capturable); if it
   // cannot be had, one CTA per tile.
@@ -37,9 +40,10 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   FwdArgs run_args = args;
   unsigned int* counter = nullptr;
   long long grid = persistent;
+  constexpr long long kDynamicMaxKeys = 2048;
   if (kMasked || ragged) {
     grid = tiles;
-    if (tiles > num_sms) {
+    if (tiles > num_sms && args.mean_keys <= kDynamicMaxKeys) {
       int device = 0;
       TESSERA_CUDA_CHECK(cudaGetDevice(&device));
       const cudaMemPool_t pool = scratch_pool(device);
