@@ -94,6 +94,21 @@ TEST(Numerics, FullyMaskedRows) {
 
 // Logits of order 1e4: the online max keeps every exp in range; results stay finite and
 // within the rule, forward and backward.
+// Scores of ~1e4 saturate the softmax: fp32 rounds them by ~1e-3, and the outputs and
+// gradients are cancellations of terms that size, so one naive variant's max error is a noisy
+// draw. The bound takes the largest of the naive variants' errors (NaiveVariant, test_support.h).
+// Variants of naive code that compute what the kernels compute: the forward in base 2
+// (exp2 of s log2 e); the backward from the saved LSE, with D = dO . O.
+constexpr NaiveVariant kForwardVariants[] = {NaiveVariant::kSequential, NaiveVariant::kReverseDots,
+                                             NaiveVariant::kTwoLaneDots, NaiveVariant::kExp2};
+constexpr NaiveVariant kBackwardVariants[] = {NaiveVariant::kSequential, NaiveVariant::kRowDotFromO};
+
+double tolerance_of_variants(const std::vector<std::vector<double>>& naive, const std::vector<double>& oracle, DType dt) {
+  double bound = 0.0;
+  for (const auto& n : naive) bound = std::max(bound, tolerance(n, oracle, dt));
+  return bound;
+}
+
 TEST(Numerics, HugeLogitsStayFiniteAndRight) {
   auto rng = fresh_rng();
   for (DType dt : {DType::f32, DType::bf16}) {
@@ -108,15 +123,22 @@ TEST(Numerics, HugeLogitsStayFiniteAndRight) {
     for (double l : lse) ASSERT_TRUE(std::isfinite(l));
     EXPECT_GT(max_abs(lse), 1e3);
     const auto oracle = cpu::reference::forward(c.forward_params());
-    const auto naive = naive_same_precision_forward(c.forward_params());
-    EXPECT_LE(max_abs_error(c.out_packed(), oracle.o), tolerance(naive, oracle.o, dt));
+    std::vector<std::vector<double>> naive_o;
+    for (NaiveVariant variant : kForwardVariants) naive_o.push_back(naive_same_precision_forward(c.forward_params(), nullptr, variant));
+    EXPECT_LE(max_abs_error(c.out_packed(), oracle.o), tolerance_of_variants(naive_o, oracle.o, dt));
     c.backward();
     for (const HostTensor* t : {&c.dq, &c.dk, &c.dv}) EXPECT_EQ(t->count_nan(), 0);
     const auto g = cpu::reference::backward(c.backward_params());
-    const auto ng = naive_same_precision_backward(c.backward_params());
-    EXPECT_LE(max_abs_error(c.dv_packed(), g.dv), tolerance(ng.dv, g.dv, dt));
-    EXPECT_LE(max_abs_error(c.dk_packed(), g.dk), tolerance(ng.dk, g.dk, dt));
-    EXPECT_LE(max_abs_error(c.dq_packed(), g.dq), tolerance(ng.dq, g.dq, dt));
+    std::vector<std::vector<double>> ndq, ndk, ndv;
+    for (NaiveVariant variant : kBackwardVariants) {
+      NaiveGrads n = naive_same_precision_backward(c.backward_params(), variant);
+      ndq.push_back(std::move(n.dq));
+      ndk.push_back(std::move(n.dk));
+      ndv.push_back(std::move(n.dv));
+    }
+    EXPECT_LE(max_abs_error(c.dv_packed(), g.dv), tolerance_of_variants(ndv, g.dv, dt));
+    EXPECT_LE(max_abs_error(c.dk_packed(), g.dk), tolerance_of_variants(ndk, g.dk, dt));
+    EXPECT_LE(max_abs_error(c.dq_packed(), g.dq), tolerance_of_variants(ndq, g.dq, dt));
   }
 }
 

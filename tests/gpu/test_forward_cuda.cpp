@@ -111,7 +111,11 @@ std::vector<CaseSpec> grid() {
       dense(bf16, 1, 1, 17, 2, 1, 64, opts(false)),                  // one query row
       dense(bf16, 1, 500, 300, 2, 1, 256, opts(false, 50, -1)),      // left-only window, seq_q > seq_k
       dense(f16, 1, 129, 129, 1, 1, 256, opts(true)),                // one row past a tile
-      dense(bf16, 2, 193, 193, 4, 2, 64, opts(true)),                // one row past a 192-row (head_dim 64) tile
+      dense(bf16, 2, 193, 193, 4, 2, 64, opts(true)),                // 193 rows: one past a 192-row tile, 65 past a 128-row one
+      // Masked head_dim 64: two consumer warpgroups (128-row tiles) up to 2048 keys on average,
+      // three (192-row tiles) above: both sides of the switch, with partial tiles.
+      dense(bf16, 1, 130, 2048, 2, 1, 64, opts(true)),
+      dense(f16, 1, 200, 2049, 2, 1, 64, opts(true)),
       dense(f16, 2, 150, 150, 4, 2, 64, opts(false)),                // a third warpgroup partly filled
       ragged(bf16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(true)),  // the same, ragged row stores
       ragged(f16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(true), 8),  // empty seq, empty KV

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "cpu/parallel.h"
 #include "math/dtype_convert.h"
 #include "math/mask.h"
+#include "math/online_softmax.h"
 #include "support/test_support.h"
 
 namespace tessera::testing {
@@ -89,6 +91,21 @@ void for_each_sequence_head(const AttentionParams& p, F&& f) {
   });
 }
 
+// a . b in fp32 in the variant's order (NaiveVariant in test_support.h).
+float naive_dot(const float* a, const float* b, int n, NaiveVariant variant) {
+  float acc = 0.0f;
+  if (variant == NaiveVariant::kReverseDots) {
+    for (int d = n - 1; d >= 0; --d) acc += a[d] * b[d];
+  } else if (variant == NaiveVariant::kTwoLaneDots) {
+    float odd = 0.0f;
+    for (int d = 0; d < n; ++d) (d % 2 == 0 ? acc : odd) += a[d] * b[d];
+    acc += odd;
+  } else {
+    for (int d = 0; d < n; ++d) acc += a[d] * b[d];
+  }
+  return acc;
+}
+
 // S (scaled, soft-capped, rounded; masked entries -inf), P rounded, per-row LSE, for one (b, h).
 struct NaiveProbs {
   std::vector<float> s_tanh;  // tanh(s / c) before rounding, for the softcap derivative
@@ -100,7 +117,7 @@ struct NaiveProbs {
 // backward from the saved LSE must; this carries the LSE's own fp32 rounding, which at large
 // logits is the dominant error of every recomputing backward.
 NaiveProbs naive_probs(const AttentionParams& p, const std::vector<float>& q, const std::vector<float>& k, int nq,
-                       int nk, const std::vector<float>* saved_lse = nullptr) {
+                       int nk, NaiveVariant variant, const std::vector<float>* saved_lse = nullptr) {
   const DType dt = p.dtype;
   const float cap = p.mask.softcap;
   const math::MaskSpec mask = math::MaskSpec::make(nq, nk, p.mask.causal, p.mask.window_left, p.mask.window_right);
@@ -113,8 +130,8 @@ NaiveProbs naive_probs(const AttentionParams& p, const std::vector<float>& q, co
     const math::KeyRange kr = math::visible_keys(mask, i);
     float m = -INFINITY;
     for (int j = kr.begin; j < kr.end; ++j) {
-      float dot = 0.0f;
-      for (int d = 0; d < p.head_dim; ++d) dot += q[static_cast<std::size_t>(i) * p.head_dim + d] * k[static_cast<std::size_t>(j) * p.head_dim + d];
+      const float dot = naive_dot(&q[static_cast<std::size_t>(i) * p.head_dim], &k[static_cast<std::size_t>(j) * p.head_dim],
+                                  p.head_dim, variant);
       float v = math::round_to(dt, dot * p.mask.scale);
       if (cap > 0.0f) {
         const float t = std::tanh(v / cap);
@@ -125,17 +142,21 @@ NaiveProbs naive_probs(const AttentionParams& p, const std::vector<float>& q, co
       m = std::max(m, v);
     }
     if (kr.empty()) continue;
+    // exp(x - y), or exp2(x log2 e - y log2 e) with both products rounded in fp32.
+    const auto expd = [variant](float x, float y) {
+      return variant == NaiveVariant::kExp2 ? std::exp2(x * math::kLog2e - y * math::kLog2e) : std::exp(x - y);
+    };
     if (saved_lse != nullptr) {
       const float l = (*saved_lse)[static_cast<std::size_t>(i)];
       for (int j = kr.begin; j < kr.end && l != -INFINITY; ++j)
-        r.p[static_cast<std::size_t>(i) * nk + j] = math::round_to(dt, std::exp(s[j] - l));
+        r.p[static_cast<std::size_t>(i) * nk + j] = math::round_to(dt, expd(s[j], l));
       r.lse[i] = l;
       continue;
     }
     float sum = 0.0f;
-    for (int j = kr.begin; j < kr.end; ++j) sum += std::exp(s[j] - m);
+    for (int j = kr.begin; j < kr.end; ++j) sum += expd(s[j], m);
     for (int j = kr.begin; j < kr.end; ++j)
-      r.p[static_cast<std::size_t>(i) * nk + j] = math::round_to(dt, std::exp(s[j] - m) / sum);
+      r.p[static_cast<std::size_t>(i) * nk + j] = math::round_to(dt, expd(s[j], m) / sum);
     r.lse[i] = m + std::log(sum);
   }
   return r;
@@ -207,7 +228,7 @@ std::vector<double> naive_fp8_forward(const AttentionParams& p, std::vector<doub
   return o;
 }
 
-std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse) {
+std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse, NaiveVariant variant) {
   if (p.dtype == DType::e4m3) return naive_fp8_forward(p, lse);
   const std::int64_t total_q = p.total_q;
   std::vector<double> o(static_cast<std::size_t>(total_q * p.heads_q * p.head_dim), 0.0);
@@ -216,7 +237,7 @@ std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::
     const auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
     const auto k = load_rows(p, p.k, b, p.k_start(b), r.nk, hk);
     const auto v = load_rows(p, p.v, b, p.k_start(b), r.nk, hk);
-    const NaiveProbs pr = naive_probs(p, q, k, r.nq, r.nk);
+    const NaiveProbs pr = naive_probs(p, q, k, r.nq, r.nk, variant);
     const auto oo = naive_pv(p, pr.p, v, r.nq, r.nk);
     for (int i = 0; i < r.nq; ++i) {
       for (int d = 0; d < p.head_dim; ++d)
@@ -227,7 +248,12 @@ std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::
   return o;
 }
 
-NaiveGrads naive_same_precision_backward(const BackwardParams& p) {
+NaiveGrads naive_same_precision_backward(const BackwardParams& p, NaiveVariant variant) {
+  // P is recomputed against the saved LSE, which fixes the forward's scores: another dot order
+  // or exponent base would pair them with an LSE they did not produce (errors ~1e4x at huge
+  // logits), so the backward takes only the variants that keep them.
+  if (variant != NaiveVariant::kSequential && variant != NaiveVariant::kRowDotFromO)
+    throw std::invalid_argument("naive_same_precision_backward: variant must be kSequential or kRowDotFromO");
   const std::int64_t total_q = p.total_q, total_k = p.total_k;
   const int D = p.head_dim;
   const DType dt = p.dtype;
@@ -246,13 +272,15 @@ NaiveGrads naive_same_precision_backward(const BackwardParams& p) {
       for (int h = hk * p.group(); h < (hk + 1) * p.group() && r.nq > 0; ++h) {
         const auto q = load_rows(p, p.q, b, p.q_start(b), r.nq, h);
         const auto dout = load_rows(p, p.dout, b, p.q_start(b), r.nq, h);
+        const bool rowdot_from_o = variant == NaiveVariant::kRowDotFromO;
+        const auto out = rowdot_from_o ? load_rows(p, p.o, b, p.q_start(b), r.nq, h) : std::vector<float>();
         std::vector<float> saved;
         if (p.lse.ptr != nullptr) {
           saved.resize(static_cast<std::size_t>(r.nq));
           for (int i = 0; i < r.nq; ++i)
             saved[static_cast<std::size_t>(i)] = p.lse.ptr[p.lse.offset(b, (p.ragged() ? p.q_start(b) : 0) + i, h)];
         }
-        const NaiveProbs pr = naive_probs(p, q, k, r.nq, r.nk, saved.empty() ? nullptr : &saved);
+        const NaiveProbs pr = naive_probs(p, q, k, r.nq, r.nk, variant, saved.empty() ? nullptr : &saved);
         std::vector<float> dq(static_cast<std::size_t>(r.nq) * D, 0.0f);
         for (int i = 0; i < r.nq; ++i) {
           const float* doi = &dout[static_cast<std::size_t>(i) * D];
@@ -261,11 +289,10 @@ NaiveGrads naive_same_precision_backward(const BackwardParams& p) {
           for (int j = 0; j < r.nk; ++j) {
             const float pij = pr.p[static_cast<std::size_t>(i) * r.nk + j];
             if (pij == 0.0f) continue;
-            float acc = 0.0f;
-            for (int d = 0; d < D; ++d) acc += doi[d] * v[static_cast<std::size_t>(j) * D + d];
-            dp[j] = math::round_to(dt, acc);
+            dp[j] = math::round_to(dt, naive_dot(doi, &v[static_cast<std::size_t>(j) * D], D, variant));
             rowdot += pij * dp[j];
           }
+          if (rowdot_from_o) rowdot = naive_dot(doi, &out[static_cast<std::size_t>(i) * D], D, NaiveVariant::kSequential);
           rowdot = math::round_to(dt, rowdot);
           for (int j = 0; j < r.nk; ++j) {
             const float pij = pr.p[static_cast<std::size_t>(i) * r.nk + j];

@@ -66,11 +66,26 @@ HostTensor int_tensor(const std::vector<std::int32_t>& values);
 // A poison value for the element type: NaN for floats, INT32_MIN for int32.
 float poison_value(DType dtype);
 
+// How a naive baseline computes. kSequential is the rule's baseline: dot products (S = q . k,
+// dP = dO . v) summed first to last, P = exp(s - max) / sum, and in the backward
+// D = sum_j P dP (a framework's softmax backward). The others are equally naive: dots summed
+// last to first or in two interleaved lanes (even and odd elements) added at the end;
+// P = exp2(s log2 e - max log2 e) / sum (base 2 with the factor folded in, as tiled kernels
+// compute it: at |s| ~ 1e4 rounding s log2 e moves P by ~1e-3 relative, which the exp form
+// does not); D = dO . O from the forward's output (as FlashAttention-style backwards compute
+// it). Where a case is ill-conditioned (saturated softmax at huge logits: outputs and
+// gradients are cancellations of terms ~1e3 times their size) one variant's max error is a
+// noisy draw (a kernel's error ranged past 5x of it over seeds, ~2 % of seeds past 2x); such a
+// test takes the largest error over the variants that compute what the kernel computes.
+// The backward takes kSequential and kRowDotFromO only (see naive_same_precision_backward).
+enum class NaiveVariant { kSequential, kReverseDots, kTwoLaneDots, kExp2, kRowDotFromO };
+
 // Same-precision naive attention (S, P and O rounded to the storage dtype as a framework
 // running the three-pass algorithm in that dtype would), packed as the oracle's arrays.
 // `lse` (optional) receives the row LSE in natural log, packed [h * total_q + row].
 // For e4m3 inputs it is naive_fp8_forward.
-std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse = nullptr);
+std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse = nullptr,
+                                                 NaiveVariant variant = NaiveVariant::kSequential);
 
 // The naive same-precision baseline of the FP8 forward (p.dtype e4m3), i.e. what an FP8
 // kernel does, without tiling: S = scale * (q * dq) . (k * dk) in fp32 from the dequantised
@@ -87,7 +102,7 @@ struct NaiveGrads { std::vector<double> dq, dk, dv; };
 // The naive backward in the storage precision. When p.lse is set (a backward from the saved
 // LSE, as every kernel here is), P is recomputed as exp(s - lse) from that fp32 LSE, so the
 // baseline carries the same irreducible LSE rounding as the kernel under test.
-NaiveGrads naive_same_precision_backward(const BackwardParams& p);
+NaiveGrads naive_same_precision_backward(const BackwardParams& p, NaiveVariant variant = NaiveVariant::kSequential);
 
 // max |a - ref| over all entries (both finite); +inf if `a` has a NaN where ref is finite,
 // or a mismatch of infinities.

@@ -41,6 +41,7 @@ struct FwdArgs {
   // The grid's work: m_blocks x heads x batch tiles of kBlockM query rows; CTA i takes tile i
   // first, then i + gridDim.x, ... or the counter's next (tile_coords in kernel.cuh gives the order).
   int m_blocks = 0;
+  int block_m = 0;  // query rows per tile (the instance's; host-side choice of the instance)
   int heads = 0;
   int batch = 0;
   // Ragged batches with device cu_seqlens: m_blocks counts virtual query blocks over all
@@ -57,9 +58,10 @@ struct FwdArgs {
   int num_tiles = 0;
 };
 
-// One instance per (dtype, head dim, K tile width, mask kind), defined in instance_hdim*.cu;
-// a grid of min(tiles, num_sms) persistent CTAs (launch_template.cuh says when one per tile).
-template <typename T, int kHeadDim, int kBlockN, bool kMasked>
+// One instance per (dtype, head dim, K tile width, mask kind, consumer warpgroups: 0 = the head
+// dim's default), defined in instance_hdim*.cu; a grid of min(tiles, num_sms) persistent CTAs
+// (launch_template.cuh says when one per tile).
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream);
 
 }  // namespace tessera::cuda::sm90

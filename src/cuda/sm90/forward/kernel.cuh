@@ -222,11 +222,11 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 // T: __half, __nv_bfloat16, or __nv_fp8_e4m3 (FP8: inputs times per-(sequence, kv head)
 // descales, P scaled by 2^8 into e4m3 range and rounded, V transposed in shared memory by three
 // producer warps, bf16 output).
-template <typename T, int kHeadDim, int kBlockN, bool kMasked>
-__global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2>::kThreads, 1)
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0>
+__global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs>::kThreads, 1)
     forward_kernel(const __grid_constant__ FwdArgs a) {
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
-  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs>;
   using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;

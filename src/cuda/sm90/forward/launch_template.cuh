@@ -1,4 +1,4 @@
-// launch_forward<T, kHeadDim, kBlockN, kMasked>: the host side of one sm90 instance (included by instance_hdim*.cu).
+// launch_forward<T, kHeadDim, kBlockN, kMasked, kConsumerWGs>: the host side of one sm90 instance (included by instance_hdim*.cu).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -13,12 +13,12 @@
 
 namespace tessera::cuda::sm90 {
 
-template <typename T, int kHeadDim, int kBlockN, bool kMasked>
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
-  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs>;
   const long long tiles = args.num_tiles;
   if (tiles == 0) return;
-  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked>;
+  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   // Unmasked dense tiles all cost the same: persistent CTAs, one per SM (shared memory allows
   // no more), CTA x walking tiles x, x + grid, ..., so a tile's epilogue and the next one's
