@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "cuda/common/fast_math.cuh"
+#include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/red.cuh"
@@ -60,19 +61,6 @@ __device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, s
     const bool ok = r < valid;
     const T* src = ok ? base + tile_off + r * row_stride + ch * 8 : base;
     sm80::cp_async_16_zfill(s_tile + sw128_offset<R>(r, ch), src, ok);
-  }
-}
-
-// A fragments of a k16 step (wgmma.cuh's register-A layout) from an m64 x N accumulator
-// converted to 16 bits: k-step t takes n-tiles 2t (a[0], a[1]) and 2t + 1 (a[2], a[3]).
-template <typename T, int N>
-__device__ __forceinline__ void pack_a(const float (&acc)[N / 8][4], std::uint32_t (&a)[N / 16][4]) {
-#pragma unroll
-  for (int t = 0; t < N / 16; ++t) {
-    a[t][0] = Traits<T>::pack2(acc[2 * t][0], acc[2 * t][1]);
-    a[t][1] = Traits<T>::pack2(acc[2 * t][2], acc[2 * t][3]);
-    a[t][2] = Traits<T>::pack2(acc[2 * t + 1][0], acc[2 * t + 1][1]);
-    a[t][3] = Traits<T>::pack2(acc[2 * t + 1][2], acc[2 * t + 1][3]);
   }
 }
 
@@ -219,9 +207,14 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
 
     // X^T = M_c Y^T over head_dim for M = K (S^T) or V (dP^T), Y = Q or dO: both K-major,
     // k16 step ks in panel ks / 4 at byte 32 (ks % 4) of the swizzled rows.
+    // The addresses are made opaque to the compiler (empty asm) so that it forms each k-step's
+    // descriptor at its use instead of hoisting the loop-invariant ones (K, V: 8 x 64 bits
+    // each) out of the query-tile loop into registers (the sm90 forward does the same).
     auto gemm_kmajor = [&](float (&acc)[Br / 2], std::uint32_t sM, std::uint32_t sY) {
-      const std::uint64_t da = make_smem_desc_sw128_kmajor(sM + kv_row_wg * 128);
-      const std::uint64_t db = make_smem_desc_sw128_kmajor(sY);
+      std::uint32_t m_addr = sM + kv_row_wg * 128, y_addr = sY;
+      asm volatile("" : "+r"(m_addr), "+r"(y_addr));
+      const std::uint64_t da = make_smem_desc_sw128_kmajor(m_addr);
+      const std::uint64_t db = make_smem_desc_sw128_kmajor(y_addr);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
@@ -236,7 +229,9 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     // acc (64 KV rows x D) += A Y over the Br query rows, A from registers, Y = dO or Q read
     // MN-major (K = query rows, 16 rows = 2048 bytes per k16 step; N = head_dim over panels).
     auto gemm_rs = [&](float (&acc)[D / 2], std::uint32_t (&a)[Br / 16][4], std::uint32_t sY) {
-      const std::uint64_t db = make_smem_desc_sw128_mnmajor(sY, Tr::kQPanelBytes);
+      std::uint32_t y_addr = sY;
+      asm volatile("" : "+r"(y_addr));
+      const std::uint64_t db = make_smem_desc_sw128_mnmajor(y_addr, Tr::kQPanelBytes);
       wgmma_fence();
 #pragma unroll
       for (int t = 0; t < Br / 16; ++t) wgmma_rs<D, kBf16, true>(acc, a[t], smem_desc_advance(db, 2048u * t), true);
@@ -283,9 +278,10 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     };
     if (need_mask || softcap_on) p_step(std::true_type{}); else p_step(std::false_type{});
 
-    // ---- dV += P^T dO (P^T rounded to 16 bits: the A fragments, kept for the dS step) ----
+    // ---- dV += P^T dO (P^T rounded to 16 bits: the A fragments as the forward packs P, kept
+    // for the dS step) ----
     std::uint32_t pa[Br / 16][4];
-    bwd::pack_a<T, Br>(s, pa);
+    pack_weights<T, Br>(s, pa);
     gemm_rs(dv_flat, pa, sDO);
 
     // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
@@ -322,7 +318,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
 
     // ---- dK += dS^T Q ----
     std::uint32_t da[Br / 16][4];
-    bwd::pack_a<T, Br>(dp, da);
+    pack_weights<T, Br>(dp, da);  // dS^T as A fragments, packed as P^T is
     gemm_rs(dk_flat, da, sQ);
 
     // ---- dS^T -> dS [Br query rows][Bc keys] for the dQ GEMM (K-major A, keys = K) ----
@@ -359,8 +355,10 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
       // A = dS (K-major over keys: panel ks / 4, 32 bytes per k16 step); B = K (keys x
       // head_dim, MN-major: the warpgroup's 64 columns are panel wg, 16 key rows = 2048 bytes
       // per k16 step).
-      const std::uint64_t dsa = make_smem_desc_sw128_kmajor(sDS);
-      const std::uint64_t kb = make_smem_desc_sw128_mnmajor(sK + wg * Tr::kKVPanelBytes, Tr::kKVPanelBytes);
+      std::uint32_t ds_addr = sDS, k_addr = sK + wg * Tr::kKVPanelBytes;
+      asm volatile("" : "+r"(ds_addr), "+r"(k_addr));  // descriptors formed at their use (see gemm_kmajor)
+      const std::uint64_t dsa = make_smem_desc_sw128_kmajor(ds_addr);
+      const std::uint64_t kb = make_smem_desc_sw128_mnmajor(k_addr, Tr::kKVPanelBytes);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < Bc / 16; ++ks)
