@@ -408,6 +408,14 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
   }
 
   // ---- epilogue: dK (times scale) and dV, rows < k_len (the sm80 kernel's) ----
+  // The sequence's first key row is read again rather than kept live through the loop (as a
+  // 64-bit value it cost the bf16 instance a spill).
+  if (p.cu_seqlens_k != nullptr) {
+    k_row0 = k_gr0 = p.cu_seqlens_k[b];
+  } else {
+    k_row0 = 0;
+    k_gr0 = static_cast<std::int64_t>(b) * p.seq_k;
+  }
   const int jr = kv0 + kv_row_t;
   if (p.n_splits == 1) {
     T* dk_out = static_cast<T*>(p.dk);
