@@ -8,7 +8,9 @@
 # The kernel's own address and fragment expressions are transcribed (load_tile, the GEMM
 # descriptors and advances, the P/dS steps, the dS stmatrix addresses, the dQ RED indices) and
 # the gradients compared with a direct float64 backward: an index slip gives O(1) errors,
-# agreement is ~1e-15. It mirrors stage 2 only: update it with the kernel, or delete it once
+# agreement is ~1e-15. schedule_hazards() checks, separately, that the one barrier per step
+# orders every conflicting pair of shared-memory accesses across warpgroups (a model of the
+# schedule, not of the hardware). It mirrors stage 2 only: update it with the kernel, or delete it once
 # the kernel has passed on a GPU.   Usage: python3 scripts/emulate_bwd_sm90.py  (~5 s)
 import numpy as np, math, sys
 
@@ -256,7 +258,44 @@ def run(q_len, k_len, causal, wl, wr, softcap, seed):
     print(f"q{q_len} k{k_len} causal={causal} win=({wl},{wr}) cap={softcap}: dq {errs[0]:.2e} dk {errs[1]:.2e} dv {errs[2]:.2e} {'FAIL' if bad else 'ok'}")
     return not bad
 
+def schedule_hazards(n_items=7, ds_buffers=2):
+    """Happens-before model of the one-barrier-per-step schedule (review addition): returns the
+    pairs of conflicting shared-memory accesses by different warpgroups (or a cp.async and
+    anyone) that no barrier orders. Program positions per warpgroup: step i's GEMMs and
+    elementwise work at 3i (read Q/dO/LSE2/D[st], K, V; write its own dS[st] panel), B(i) at
+    3i + 1, the dQ part at 3i + 2 (read both dS[st] panels and K; issue item i+2's cp.async into
+    stage st, in flight until the issuer's wait before B(i+1)); step 0's wait + barrier at -1.
+    Copies of different threads hit disjoint chunks, so only dS is checked for write/write."""
+    bars = [-1] + [3 * i + 1 for i in range(n_items)]
+    ev = []  # (warpgroup, first position, last position, buffer, kind)
+    for w in range(2):
+        for buf in ("Q", "dO", "LSE2", "D"):
+            ev.append((w, -3, -2, (buf, 0), "w"))
+            if n_items > 1: ev.append((w, -3, 0, (buf, 1), "w"))  # waited for before B(0)
+        for i in range(n_items):
+            st, ds = i & 1, (i % ds_buffers)
+            ev += [(w, 3 * i, 3 * i, (buf, st), "r") for buf in ("Q", "dO", "LSE2", "D")]
+            ev.append((w, 3 * i, 3 * i, ("dS", ds, w), "w"))
+            ev += [(w, 3 * i + 2, 3 * i + 2, ("dS", ds, c), "r") for c in range(2)]
+            if i + 2 < n_items:
+                ev += [(w, 3 * i + 2, 3 * i + 3, (buf, st), "w") for buf in ("Q", "dO", "LSE2", "D")]
+    def hb(a, b):
+        return (a[0] == b[0] and a[2] < b[1]) or any(a[2] < p < b[1] for p in bars)
+    bad = []
+    for x, a in enumerate(ev):
+        for b in ev[x + 1:]:
+            if a[3] != b[3] or (a[4] == "r" and b[4] == "r"): continue
+            if a[4] == b[4] == "w" and a[3][0] != "dS": continue
+            if not (hb(a, b) or hb(b, a)): bad.append((a, b))
+    return bad
+
 ok = True
+hz = schedule_hazards()
+print(f"schedule (2 dS buffers): {len(hz)} unordered conflicting accesses {'ok' if not hz else 'FAIL'}")
+ok &= not hz
+hz1 = schedule_hazards(ds_buffers=1)  # control: one dS buffer must race (dQ of step i vs dS of step i+1)
+print(f"schedule control (1 dS buffer): {len(hz1)} unordered {'ok (races found, as expected)' if hz1 else 'FAIL'}")
+ok &= bool(hz1)
 for args in [(64, 128, False, -1, -1, 0.0), (113, 200, True, -1, -1, 0.0), (17, 300, False, -1, -1, 3.0),
              (200, 113, True, -1, -1, 0.0), (150, 150, False, 40, 8, 0.0), (1, 1, False, -1, -1, 2.0),
              (130, 260, True, 100, -1, 5.0)]:
