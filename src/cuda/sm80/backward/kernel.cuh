@@ -28,6 +28,7 @@
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/mma.cuh"
+#include "cuda/primitives/sm80/red.cuh"
 #include "cuda/sm80/backward/backward.h"
 #include "cuda/sm80/backward/tiles.h"
 #include "math/mask.h"
@@ -40,23 +41,6 @@ __device__ __forceinline__ std::uint32_t swz(int r, int ch) {
   return static_cast<std::uint32_t>(r * (W * 2) + ((ch ^ (r & 7)) << 4));
 }
 
-
-// 4-byte cp.async (L1-allocating .ca is the only form for 4 bytes); zero-fill when !valid.
-__device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-
-// dst[0..1] += (a, b) at gpu scope without returning the old values (sm_90 vector RED).
-// Like atomicAdd on f32 in global memory, it flushes subnormals.
-__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b));
-#else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-#endif
-}
 
 // Copies `R` rows of W elements (rows past `valid` zero-filled) into a swizzled tile.
 template <int R, int W, int kThreads, typename T>
