@@ -74,6 +74,20 @@ __device__ __forceinline__ void release_stage(std::uint32_t bar, int lane) {
   if (lane == 0) mbarrier_arrive(bar);
 }
 
+// Pins the softmax of a K/V tile above the wait for the previous tile's P V product. Without it
+// ptxas hoists that wgmma.wait_group 0 (WARPGROUP.DEPBAR) to the top of the softmax's basic
+// block, before the row max, so the warpgroup waited for its P V before any of its softmax ran
+// and the intra-warpgroup overlap described at the top of this file did not happen in SASS (seen
+// in every bf16 / fp16 / fp8 instance of main at c560264). A branch on the softmax's result ends the
+// block: the row sums are >= 0 (sums of exp2 values, the old sum times alpha in [0, 1]) or NaN,
+// so it is never taken, and its body (a nanosleep) would change no value if it were; the cost
+// is ~4 instructions per tile. The body must not leave the kernel: with __trap() ptxas saw an
+// exit while wgmmas were in flight and serialized every wgmma (C7512, 1.6 KB of spills at
+// d128 x 176).
+__device__ __forceinline__ void end_softmax_block(const math::OnlineSoftmaxRow (&rows)[2]) {
+  if (fminf(rows[0].l, rows[1].l) < 0.0f) asm volatile("nanosleep.u32 1;" ::: "memory");
+}
+
 // ---- FP8 pieces ----
 // P (fp32 weights, already scaled into e4m3 range) -> the A fragments of the k32 P V steps.
 // A thread holds, per 8-key n-tile j, keys 8j + 2q and 8j + 2q + 1 of its two rows; the k32
@@ -395,7 +409,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
 
   // ---- consumers: warpgroup c owns rows [64 c, 64 c + 64) of every tile ----
   setmaxnreg_inc<Tr::kConsumerRegs>();
-  const int c = warpgroup - 1;
+  // Broadcast from lane 0: the same value, but ptxas then knows it is warp-uniform and keeps the
+  // Q descriptors derived from it in uniform registers (d128 x 176: 40 fewer instructions between
+  // the turn barrier and the last wgmma of a tile).
+  const int c = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
   const int t = threadIdx.x - 128 * warpgroup;
   const int warp = t / 32, lane = t % 32;
   const int g = lane / 4, q = lane % 4;
@@ -465,11 +482,12 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     // S = Q K^T over head_dim in 32-byte k steps (k16 for 16-bit types, k32 for e4m3): panel
     // ks / 4, 32 bytes per step inside a panel.
     auto issue_qk = [&](int stage) {
-      // The Q address is opaque to the compiler here, so the per-k-step descriptors are formed
-      // at each use instead of hoisted out of the K/V loop as 64-bit values (with a per-tile Q
-      // buffer, hoisting them cost the masked d64 instances a spill).
-      std::uint32_t q_addr = sQ(qb) + 64u * 128u * c;
-      asm volatile("" : "+r"(q_addr));
+      // c is warp-uniform to ptxas (see its definition), so the Q descriptors live in uniform
+      // registers like the K ones. (An earlier version hid q_addr behind an empty asm to keep
+      // 64-bit descriptors from being hoisted into vector registers, which spilled in the masked
+      // d64 instances; that also forced ~40 R2UR / MOV / IADD3 per tile between the turn and
+      // the last wgmma. With uniform descriptors no instance spills.)
+      const std::uint32_t q_addr = sQ(qb) + 64u * 128u * c;
       const std::uint64_t dq = make_smem_desc_sw128_kmajor(q_addr);
       const std::uint64_t dk = make_smem_desc_sw128_kmajor(sK(stage));
       wgmma_fence();
@@ -503,7 +521,9 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     };
     auto weights = [&](int i) {
       const int n0 = (tc.n_begin + i) * BN;
-      const bool masked = !(full.begin <= n0 && n0 + BN <= full.end);
+      // Unmasked instances: full = [0, k_len) and n0 >= 0, so only the tail tile (n0 + BN > k_len)
+      // needs the mask; the general test cost ~9 instructions per tile there.
+      const bool masked = kMasked ? !(full.begin <= n0 && n0 + BN <= full.end) : n0 + BN > tc.k_len;
       scores_to_weights<BN>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha, kLog2WeightScale);
     };
     auto pack = [&] {
@@ -539,6 +559,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         wgmma_fence_operand(s_flat);
         release_stage(k_empty(stage), lane);
         weights(i);
+        end_softmax_block(rows);  // keeps the wait below after the softmax (see the function)
         wgmma_wait<0>();
         wgmma_fence_operand(o_flat);
         release_stage(pv_empty(prev), lane);
