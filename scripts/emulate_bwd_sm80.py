@@ -13,7 +13,8 @@
 # read only P^T/dS^T written this step by their own warp pair (pair barrier), the dS step reads
 # back only its own thread's P^T, the dQ GEMM reads only dS^T of this step (CTA barrier B(i)).
 # Update it with the kernel, or delete it once the kernel has passed on a GPU.
-# Usage: python3 scripts/emulate_bwd_sm80.py [--break NAME]   (a few seconds per case)
+# Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--break NAME] [--quick]   (~20 s)
+# --sm80 replays the sm_80 build's double-buffered S^T/dP^T GEMM order (kDoubleBuffer).
 import argparse, math, sys
 import numpy as np
 
@@ -46,7 +47,9 @@ BREAKS = {
     "pt_atom": "P^T / dS^T fragment stores without the 16 m row offset of atom m",
     "sy_swizzle": "gemm_sy A address without the (row & 7) swizzle",
     "epi_atom": "epilogue rows without 16 (mh / 2)",
+    "db_buffer": "double-buffered S^T/dP^T GEMM consuming the buffer being refilled (with --sm80)",
 }
+DOUBLE_BUFFER = False  # --sm80: replay the sm_80 build's double-buffered gemm_xyT
 
 
 def swz(W, r, ch):
@@ -124,6 +127,21 @@ def gemm_xyT(sm, sX, x_row0, sY, y_row0, NCOLS):  # kernel.cuh gemm_xyT<kBf16, D
     acc = np.zeros((32, MR * NCOLS // 8, 4))
     a_addr = sX + (x_row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (((lane >> 4) ^ (lane & 7)) << 4)
     b_addr = sY + (y_row0 + (lane & 7) + (lane >> 4) * 8) * (D * 2) + ((((lane >> 3) & 1) ^ (lane & 7)) << 4)
+    if DOUBLE_BUFFER:  # the sm_80 build's kDoubleBuffer branch: registers a[2][MR], b[2][NP]
+        ra, rb = [[None] * MR for _ in range(2)], [[None] * (NCOLS // 16) for _ in range(2)]
+
+        def load(kk, buf):
+            for m in range(MR): ra[buf][m] = sm.ldmatrix(chunk_at(a_addr + m * 16 * (D * 2), kk * 2), False)
+            for np_ in range(NCOLS // 16): rb[buf][np_] = sm.ldmatrix(chunk_at(b_addr + np_ * 16 * (D * 2), kk * 2), False)
+        load(0, 0)
+        for kk in range(D // 16):
+            if kk + 1 < D // 16: load(kk + 1, (kk + 1) & 1)
+            cur = (kk + (1 if BREAK == "db_buffer" else 0)) & 1
+            for np_ in range(NCOLS // 16):
+                for m in range(MR):
+                    mma(acc[:, m * (NCOLS // 8) + 2 * np_], ra[cur][m], rb[cur][np_][:, 0], rb[cur][np_][:, 1])
+                    mma(acc[:, m * (NCOLS // 8) + 2 * np_ + 1], ra[cur][m], rb[cur][np_][:, 2], rb[cur][np_][:, 3])
+        return acc
     for kk in range(D // 16):
         a = [sm.ldmatrix(chunk_at(a_addr + m * 16 * (D * 2), kk * 2), False) for m in range(MR)]
         for np_ in range(NCOLS // 16):
@@ -427,8 +445,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--break", dest="brk", choices=sorted(BREAKS), help="run a deliberately broken variant")
     ap.add_argument("--quick", action="store_true", help="first case only")
+    ap.add_argument("--sm80", action="store_true", help="the sm_80 build's double-buffered gemm_xyT order")
     a = ap.parse_args()
-    BREAK = a.brk
+    global DOUBLE_BUFFER
+    BREAK, DOUBLE_BUFFER = a.brk, a.sm80
+    print("gemm_xyT order:", "sm_80 build (double-buffered)" if DOUBLE_BUFFER else "sm_90 build (plain loop)")
     if BREAK: print(f"broken variant: {BREAK}: {BREAKS[BREAK]}")
     ok = True
     for c in CASES[:1] if a.quick else CASES:
