@@ -1,17 +1,21 @@
 // The sm80 backward main kernel (mma.sync m16n8k16, ldmatrix, cp.async).
 //
 // CTA = (KV tile j of Bc rows, kv head + group split, batch); 8 warps. Warp w owns KV rows
-// 16*(w % (Bc/16)) .. +16 and, when WQ = 2 (head_dim 256), half of the query columns of S^T
-// and half of the head_dim columns of dK/dV. Per query tile (Br rows) and query head:
+// 16 MR (w % kWarpsKV) .. +16 MR (MR m16 atoms: 2 at head_dim 128, else 1) and, when WQ = 2
+// (head_dim 128, 256), half of the query columns of S^T and half of the head_dim columns of
+// dK/dV. Per query tile (Br rows) and query head:
 //   S^T  = K_j Q_i^T                (A = K from smem, B = Q from smem)
 //   P^T  = exp2(S^T * scale*log2e - lse2)   masked -> 0
 //   dV  += P^T dO_i                 (A = P^T from registers, or smem when WQ = 2)
 //   dP^T = V_j dO_i^T
 //   dS^T = P^T * (dP^T - D)  (* (1 - tanh^2) with softcap)   -> smem as bf16/fp16
 //   dK  += dS^T Q_i
-//   dQ_i += dS K_j                  (all 8 warps, 4 x 2 over (Br, head_dim)) -> fp32 atomics
+//   dQ_i += dS K_j                  (all 8 warps, 4 x 2 over (Br, head_dim); 2 x 4 of 32 x 32 at
+//                                    head_dim 128) -> fp32 atomics
 // Computing S^T rather than S keeps a warp's KV rows in the M dimension of every GEMM whose
-// result it keeps (dK, dV), so P^T and dS^T feed those GEMMs straight from registers.
+// result it keeps (dK, dV), so P^T and dS^T feed those GEMMs straight from registers (WQ = 1),
+// or from smem after a barrier of the two warps sharing the KV rows (WQ = 2).
+// scripts/emulate_bwd_sm80.py replays the head_dim 128 index arithmetic on the host.
 //
 // Shared tiles are row-major, 16-byte chunks XOR-swizzled by (row & 7): every ldmatrix
 // phase and every 4-byte fragment store touches 8 distinct chunks, hence no bank conflicts.
@@ -537,7 +541,7 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
       static_assert(MQ == 1 || MQ == 2, "chunk bits of the dS^T A fragments");
       const std::uint32_t a_addr = s_base + ds_off + swz<Br>((lane & 7) + (mi >> 1) * 8, 2 * MQ * wm + (mi & 1));
       // Chunk = cb + 2 np + lane bit with cb = wn * kN / 8; cb & 7 is 0, or 4 with np < 2
-      // (head_dim 64), so its low bits join the key without carries.
+      // (head_dim 64, 128), so its low bits join the key without carries.
       const int cb = wn * kN / 8;
       const std::uint32_t b_addr = sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (cb & ~7) * 16 +
                                    ((((cb & 7) | (lane >> 4)) ^ (lane & 7)) << 4);
