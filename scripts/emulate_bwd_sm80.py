@@ -249,9 +249,12 @@ def run(case):
     # ---- emulated kernel, one CTA per (KV tile, kv head); n_splits = 1, batch 1 ----
     dq_accum = np.zeros(hq * q_len * D)
     dk_out, dv_out = np.full((k_len, hkv_n, D), np.nan), np.full((k_len, hkv_n, D), np.nan)
+    n_splits = case.get("splits", 1)  # GQA split groups: fp32 partials per split, summed in order
+    hps = group // n_splits
+    dk_part, dv_part = np.full(n_splits * k_len * hkv_n * D, np.nan), np.full(n_splits * k_len * hkv_n * D, np.nan)
     step = 0
     n_qt = (q_len + Br - 1) // Br
-    for hkv in range(hkv_n):
+    for hkv, split in [(a, b) for a in range(hkv_n) for b in range(n_splits)]:
         for j_tile in range((k_len + Bc - 1) // Bc):
             sm = Smem()
             lse_s, del_s = np.zeros((STAGES, Br)), np.zeros((STAGES, Br))
@@ -270,8 +273,8 @@ def run(case):
                 else: lo = mid + 1
             it1 = lo
             n_tiles = it1 - it0
-            n_items = n_tiles * group if n_tiles > 0 else 0
-            h0 = hkv * group
+            n_items = n_tiles * hps if n_tiles > 0 else 0
+            h0 = hkv * group + split * hps
             load_tile(sm, kOffK, Bc, K[hkv], kv0, kv1 - kv0, -1)
             load_tile(sm, kOffV, Bc, V[hkv], kv0, kv1 - kv0, -1)
             dv_acc = np.zeros((kWarps, 32, MR * kDCols // 8, 4))
@@ -422,8 +425,16 @@ def run(case):
                     for n in range(kDCols // 8):
                         c = d_col_w + 2 * t4 + n * 8
                         for e in range(2):
-                            dk_out[j[ok], hkv, c[ok] + e] = dk_acc[w][ok, a0 + n, 2 * hr + e] * scale
-                            dv_out[j[ok], hkv, c[ok] + e] = dv_acc[w][ok, a0 + n, 2 * hr + e]
+                            if n_splits == 1:
+                                dk_out[j[ok], hkv, c[ok] + e] = dk_acc[w][ok, a0 + n, 2 * hr + e] * scale
+                                dv_out[j[ok], hkv, c[ok] + e] = dv_acc[w][ok, a0 + n, 2 * hr + e]
+                            else:  # ((split * total_k + k_gr0 + j) * heads_kv + hkv) * D + col
+                                o = ((split * k_len + j[ok]) * hkv_n + hkv) * D + c[ok] + e
+                                dk_part[o] = dk_acc[w][ok, a0 + n, 2 * hr + e] * scale
+                                dv_part[o] = dv_acc[w][ok, a0 + n, 2 * hr + e]
+    if n_splits > 1:  # post kernel: fixed-order sum of the partials
+        dk_out = dk_part.reshape(n_splits, k_len, hkv_n, D).sum(axis=0)
+        dv_out = dv_part.reshape(n_splits, k_len, hkv_n, D).sum(axis=0)
     dq = dq_accum.reshape(hq, q_len, D) * scale  # post kernel: dQ = scale * accumulator
     errs = {}
     for name, got, ref in (("dQ", dq, dQr), ("dK", dk_out.transpose(1, 0, 2), dKr), ("dV", dv_out.transpose(1, 0, 2), dVr)):
@@ -437,6 +448,7 @@ CASES = [
     dict(name="q130 k70 causal (bottom-right, 60 rows see nothing)", q=130, k=70, hq=1, hkv=1, causal=True, seed=2),
     dict(name="q100 k190 window (37, 5) softcap 3", q=100, k=190, hq=2, hkv=2, wl=37, wr=5, softcap=3.0, seed=3),
     dict(name="q64 k128 causal softcap 30", q=64, k=128, hq=1, hkv=1, causal=True, softcap=30.0, seed=4),
+    dict(name="q90 k200 GQA 4:1 in 2 split groups, causal", q=90, k=200, hq=4, hkv=1, splits=2, causal=True, seed=5),
 ]
 
 

@@ -472,8 +472,8 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
       }
     };
     // WQ = 2 keeps one copy: at head_dim 256 two spilled; at head_dim 128 two copies left 12 B
-    // of spill in the loop (sm_90 f16, sm_80), one copy none on sm_90 (8 B loop-invariant on
-    // sm_80). Its softcap test is predicated (FSETP + @P MUFU.LG2), not branched, in SASS.
+    // of spill in the loop (sm_90 f16, sm_80), one copy none. Its softcap test is predicated
+    // (FSETP + @P MUFU.LG2), not branched, in SASS.
     if constexpr (WQ == 2) {
       ds_step(std::true_type{});
     } else {
