@@ -551,18 +551,34 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         const int stage = it % S;
         mbarrier_wait_parity(k_full(stage), (it / S) & 1);
         mbarrier_wait_parity(pv_full(prev), ((it - 1) / S) & 1);
-        take_turn();
-        issue_qk(stage);
-        issue_pv(prev);
-        pass_turn();
-        wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
-        wgmma_fence_operand(s_flat);
-        release_stage(k_empty(stage), lane);
-        weights(i);
-        end_softmax_block(rows);  // keeps the wait below after the softmax (see the function)
-        wgmma_wait<0>();
-        wgmma_fence_operand(o_flat);
-        release_stage(pv_empty(prev), lane);
+        if constexpr (Tr::kSerialGemms) {
+          // P_{i-1} V_{i-1} completes before S_i is issued: at most O + P or S are in flight at
+          // once, not O + P + S (see kSerialGemms).
+          take_turn();
+          issue_pv(prev);
+          wgmma_wait<0>();
+          wgmma_fence_operand(o_flat);
+          release_stage(pv_empty(prev), lane);
+          issue_qk(stage);
+          pass_turn();
+          wgmma_wait<0>();
+          wgmma_fence_operand(s_flat);
+          release_stage(k_empty(stage), lane);
+          weights(i);
+        } else {
+          take_turn();
+          issue_qk(stage);
+          issue_pv(prev);
+          pass_turn();
+          wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
+          wgmma_fence_operand(s_flat);
+          release_stage(k_empty(stage), lane);
+          weights(i);
+          end_softmax_block(rows);  // keeps the wait below after the softmax (see the function)
+          wgmma_wait<0>();
+          wgmma_fence_operand(o_flat);
+          release_stage(pv_empty(prev), lane);
+        }
         rescale_rows<D, false>(o, alpha);
         pack();
       }

@@ -74,6 +74,10 @@ struct FwdTraits {
       kFp8 ? (kHeadDim == 128 ? 224 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
   static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
+  // FP8 head_dim 256: O (128) + S (64) + P (16) registers in flight at once exceed what ptxas
+  // can keep for asynchronous wgmma at 232 registers (it serialized every wgmma: C7512), so
+  // that instance completes P V before it issues the next Q K^T.
+  static constexpr bool kSerialGemms = kFp8 && kHeadDim == 256;
 
   static constexpr int kPanels = kHeadDim * kElemBytes / 128;  // 128-byte column panels
   static constexpr int kPanelCols = 128 / kElemBytes;          // elements per panel row
