@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "cpu/reference.h"
 #include "support/test_support.h"
@@ -92,8 +93,6 @@ TEST(Numerics, FullyMaskedRows) {
   }
 }
 
-// Logits of order 1e4: the online max keeps every exp in range; results stay finite and
-// within the rule, forward and backward.
 // Scores of ~1e4 saturate the softmax: fp32 rounds them by ~1e-3, and the outputs and
 // gradients are cancellations of terms that size, so one naive variant's max error is a noisy
 // draw. The bound takes the largest of the naive variants' errors (NaiveVariant, test_support.h).
@@ -109,6 +108,8 @@ double tolerance_of_variants(const std::vector<std::vector<double>>& naive, cons
   return bound;
 }
 
+// Logits of order 1e4: the online max keeps every exp in range; results stay finite and
+// within the rule, forward and backward.
 TEST(Numerics, HugeLogitsStayFiniteAndRight) {
   auto rng = fresh_rng();
   for (DType dt : {DType::f32, DType::bf16}) {
@@ -140,6 +141,18 @@ TEST(Numerics, HugeLogitsStayFiniteAndRight) {
     EXPECT_LE(max_abs_error(c.dk_packed(), g.dk), tolerance_of_variants(ndk, g.dk, dt));
     EXPECT_LE(max_abs_error(c.dq_packed(), g.dq), tolerance_of_variants(ndq, g.dq, dt));
   }
+}
+
+// The naive baselines refuse variants that would not compute what the kernel computes (a
+// backward paired with other dot orders would loosen its bound ~1e4x at huge logits).
+TEST(Numerics, NaiveVariantsRefuseTheWrongPass) {
+  auto rng = fresh_rng();
+  AttentionCase c(dense(DType::f32, 9, 9, 1, 1, 64), rng);
+  c.forward();
+  EXPECT_THROW(naive_same_precision_forward(c.forward_params(), nullptr, NaiveVariant::kRowDotFromO), std::invalid_argument);
+  EXPECT_THROW(naive_same_precision_backward(c.backward_params(), NaiveVariant::kReverseDots), std::invalid_argument);
+  EXPECT_THROW(naive_same_precision_backward(c.backward_params(), NaiveVariant::kExp2), std::invalid_argument);
+  EXPECT_NO_THROW(naive_same_precision_backward(c.backward_params(), NaiveVariant::kRowDotFromO));
 }
 
 // Hand-checked: scores exactly +1e4, -1e4 and 1e4 - 1 give P = (1, 0, e^-1) / (1 + e^-1).

@@ -229,6 +229,10 @@ std::vector<double> naive_fp8_forward(const AttentionParams& p, std::vector<doub
 }
 
 std::vector<double> naive_same_precision_forward(const AttentionParams& p, std::vector<double>* lse, NaiveVariant variant) {
+  // kRowDotFromO is a backward variant; the fp8 baseline has one order only.
+  if (variant == NaiveVariant::kRowDotFromO || (p.dtype == DType::e4m3 && variant != NaiveVariant::kSequential))
+    throw std::invalid_argument("naive_same_precision_forward: variant must be kSequential, kReverseDots, kTwoLaneDots "
+                                "or kExp2 (kSequential only for e4m3)");
   if (p.dtype == DType::e4m3) return naive_fp8_forward(p, lse);
   const std::int64_t total_q = p.total_q;
   std::vector<double> o(static_cast<std::size_t>(total_q * p.heads_q * p.head_dim), 0.0);

@@ -77,7 +77,8 @@ float poison_value(DType dtype);
 // gradients are cancellations of terms ~1e3 times their size) one variant's max error is a
 // noisy draw (a kernel's error ranged past 5x of it over seeds, ~2 % of seeds past 2x); such a
 // test takes the largest error over the variants that compute what the kernel computes.
-// The backward takes kSequential and kRowDotFromO only (see naive_same_precision_backward).
+// The backward takes kSequential and kRowDotFromO only (see naive_same_precision_backward),
+// the forward the others (kSequential only for e4m3); any other pairing throws.
 enum class NaiveVariant { kSequential, kReverseDots, kTwoLaneDots, kExp2, kRowDotFromO };
 
 // Same-precision naive attention (S, P and O rounded to the storage dtype as a framework

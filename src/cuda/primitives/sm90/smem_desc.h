@@ -10,7 +10,7 @@
 namespace tessera::cuda::sm90 {
 
 // Descriptor of a K-major, 128-byte-swizzled operand whose first used element is at shared
-// address `smem_addr` (see above for the required layout).
+// address `smem_addr` (the layout is described in wgmma.cuh).
 TESSERA_HD std::uint64_t make_smem_desc_sw128_kmajor(std::uint32_t smem_addr) {
   constexpr std::uint64_t kLeadingByteOffset = 16;   // unused for this layout
   constexpr std::uint64_t kStrideByteOffset = 1024;  // 8 rows x 128 bytes
@@ -30,15 +30,14 @@ TESSERA_HD std::uint64_t smem_desc_advance(std::uint64_t desc, std::uint32_t byt
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
-// Descriptor of an MN-major, 128-byte-swizzled B operand (used with wgmma_rs<..., true>): the
+// Descriptor of an MN-major, 128-byte-swizzled B operand (wgmma_rs / wgmma_ss with kBMnMajor): the
 // tile is what TMA loads with SWIZZLE_128B and a box of (64 elements of N, R rows of K): K row
 // k of 128 bytes at byte k * 128 (chunks XOR-swizzled by k % 8 as above), a further 64
 // elements of N in the next panel, `panel_bytes` (= R * 128) later. In the canonical form
 // ((8 elems, 8 chunks, panels) x (8 rows, row groups)) the leading-dimension byte offset is the
 // step between N panels (panel_bytes) and the stride-dimension byte offset the step between
 // groups of 8 K rows (1024). One wgmma consumes 16 K rows; step k is at start + 2048 * k.
-TESSERA_HD std::uint64_t make_smem_desc_sw128_mnmajor(std::uint32_t smem_addr,
-                                                                      std::uint32_t panel_bytes) {
+TESSERA_HD std::uint64_t make_smem_desc_sw128_mnmajor(std::uint32_t smem_addr, std::uint32_t panel_bytes) {
   constexpr std::uint64_t kStrideByteOffset = 1024;  // 8 K rows x 128 bytes
   std::uint64_t desc = (smem_addr & 0x3FFFFu) >> 4;
   desc |= (std::uint64_t{panel_bytes & 0x3FFFFu} >> 4) << 16;
