@@ -73,7 +73,10 @@ class BatchAttention {
 
   // q_lens[b] >= 0 query tokens and kv_lens[b] >= 0 cached tokens of request b (the KV
   // length includes this step's tokens). On CUDA the plan is copied into the workspace on
-  // ctx.stream.
+  // ctx.stream, in stream order (after the run() calls enqueued before it), from pinned host
+  // buffers that the BatchAttention keeps (three, used in turn): plan() waits only when the
+  // copy of the plan three calls back has not run yet, i.e. when the host is that far ahead of
+  // the stream. The first calls allocate them (cudaHostAlloc).
   void plan(std::span<const std::int32_t> q_lens, std::span<const std::int32_t> kv_lens,
             const DeviceFacts& facts, const Workspace& workspace, const ExecutionContext& ctx = {});
 

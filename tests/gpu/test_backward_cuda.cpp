@@ -1,4 +1,6 @@
-// The CUDA backward (sm80 FA2-class) against the fp64 oracle gradients under the tolerance rule
+// The CUDA backward (the sm80 FA2-class main kernel; with TESSERA_CUDA_BACKWARD=sm90 on compute
+// capability 9.0, the sm90 wgmma one at head_dim 128; CTest runs this suite both ways) against
+// the fp64 oracle gradients under the tolerance rule
 //   max |kernel - oracle| <= 2 * max |naive same-precision - oracle| + rounding floor,
 // for dq, dk and dv separately, on a covering grid (seq 1/17/113/1023, seq_q != seq_k both
 // ways, head dims 64/128/256, GQA 1/4/8, causal / window / softcap, f16 and bf16, ragged with
@@ -8,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,9 @@
 #include "support/test_support.h"
 #include "tessera/attention.h"
 #include "tessera/error.h"
+#if defined(TESSERA_HAS_SM90_KERNELS)
+#include "cuda/sm90/backward/backward_sm90.h"
+#endif
 
 namespace tessera::testing {
 namespace {
@@ -186,6 +192,22 @@ TEST(CudaBackward, Long4kGqaHd64Deterministic) {
   g.expect_matches_oracle();
 }
 
+// Several query heads per CTA: 17 KV tiles x 4 KV heads = 68 CTAs, so on a 132-SM device (the
+// H200) the host splits the GQA group of 4 in two and each CTA walks two query heads of 4 query
+// tiles each: the step from one head to the next, which no other case reaches there (a review
+// of the sm90 kernel found the gap). Both modes; causal bottom-right with seq_q < seq_k.
+TEST(CudaBackward, SeveralQueryHeadsPerCta) {
+  auto rng = fresh_rng();
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "atomic");
+    GpuBwdCase g(dense(DType::bf16, 1, 256, 2176, 16, 4, 128, opts(true)), rng);
+    g.forward();
+    g.backward(deterministic);
+    g.expect_fully_written();
+    g.expect_matches_oracle();
+  }
+}
+
 // Deterministic mode: 50 runs, gradients bitwise equal (GQA with a split group, several KV
 // tiles per Q tile, causal, on a side stream).
 TEST(CudaBackward, DeterministicIsBitwiseRepeatable) {
@@ -224,6 +246,36 @@ TEST(CudaBackward, EmptyRowsAndKeysGiveZeroGradients) {
     g.expect_fully_written();
     g.expect_matches_oracle();
   }
+}
+
+// Which main kernel runs: on compute capability 9.0 the sm90 backward takes head_dim 128 (f16,
+// bf16; any mask, softcap, GQA, ragged) exactly when TESSERA_CUDA_BACKWARD=sm90 is set (CTest
+// runs this suite both ways, so the second run must really exercise it); other head dims and
+// devices keep the sm80 kernel.
+TEST(CudaBackward, DispatchTakesSm90KernelOnlyWhenAsked) {
+  int dev = 0, major = 0, minor = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&dev));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  const char* forced = std::getenv("TESSERA_CUDA_BACKWARD");
+  const bool asked = forced != nullptr && std::string(forced) == "sm90";
+  auto rng = fresh_rng();
+  for (const CaseSpec& s : {dense(DType::bf16, 2, 113, 300, 4, 1, 128, opts(true)),
+                            ragged(DType::f16, {17, 0, 113}, {113, 0, 17}, 4, 2, 128, opts(false, 8, 8, 2.0f)),
+                            dense(DType::bf16, 1, 40, 90, 2, 2, 64, opts(false)),
+                            dense(DType::f16, 1, 40, 90, 2, 2, 256, opts(true))}) {
+    SCOPED_TRACE(s.name());
+    AttentionCase c(s, rng);
+    BackwardParams p = c.backward_params();
+    p.device = Device{DeviceKind::cuda, dev};
+    std::string why;
+    const bool want = asked && major == 9 && minor == 0 && s.head_dim == 128;
+    EXPECT_EQ(cuda::sm90::backward_applicable(p, &why), want) << why;
+  }
+#else
+  if (major == 9) GTEST_SKIP() << "this build has no sm90 kernels (architecture list without 90)";
+#endif
 }
 
 // What the CUDA backward does not take is refused before anything is written.

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -472,6 +473,87 @@ TEST(BatchCuda, PagedReadsAreIndependentOfPageSizeAndLayout) {
         EXPECT_EQ(got.out.bytes(), ref.out.bytes()) << s.name();  // same bits, not merely close
         EXPECT_EQ(got.lse.bytes(), ref.lse.bytes()) << s.name();
       }
+  }
+}
+
+// plan() copies each plan from one of a few pinned host buffers used in turn, and may reuse a
+// buffer only once its copy has run. Here the host runs far ahead of the stream (a long memset
+// first, no synchronisation until the end): eight plan() + run() pairs over four batches of
+// other lengths into one workspace, each run() writing its own outputs; every output must be
+// its own batch's.
+TEST(BatchCuda, PlansRunAheadOfTheStream) {
+  auto rng = fresh_rng();
+  std::vector<Spec> specs(4, spec(DType::bf16, 8, 2, 128, 16, KVLayout::NHD, opts(true), kAuto));
+  specs[0].q_lens = {1, 20, 1};
+  specs[0].kv_lens = {50, 20, 0};
+  specs[1].q_lens = {1, 1, 70, 1, 5};
+  specs[1].kv_lens = {9000, 1, 300, 0, 4000};
+  specs[2].q_lens = {1};
+  specs[2].kv_lens = {30000};  // split over chunks: merge arrays in the plan
+  specs[3].q_lens = {33, 1, 1, 1};
+  specs[3].kv_lens = {33, 129, 20000, 7};
+  std::vector<Problem> problems;
+  for (const Spec& sp : specs) problems.emplace_back(sp, rng);
+  int max_requests = 0, max_q = 0;
+  for (const Problem& p : problems) {
+    max_requests = std::max(max_requests, static_cast<int>(p.spec.q_lens.size()));
+    max_q = std::max(max_q, p.cu_q.back());
+  }
+  const BatchConfig c = problems[0].config(max_requests, max_q);
+  const DeviceFacts facts = cuda_facts();
+  DeviceBytes ws(BatchAttention::workspace_size(c, facts));
+  const Workspace w{ws.data, ws.bytes, Device::cuda(0)};
+  BatchAttention ba(c);
+  Stream stream;
+  const ExecutionContext ctx{stream.s, 0};
+
+  // Inputs per batch, outputs per round (all allocated before the stream is held up).
+  struct Inputs {
+    DeviceTensor q, ck, cv, indptr, indices, last;
+  };
+  std::vector<std::unique_ptr<Inputs>> in;
+  for (const Problem& p : problems) {
+    HostTensor indptr = int_tensor(p.table.kv_indptr), indices = int_tensor(p.table.kv_indices),
+               last = int_tensor(p.table.kv_last_page_len);
+    in.push_back(std::unique_ptr<Inputs>(new Inputs{DeviceTensor(p.q), DeviceTensor(p.ck), DeviceTensor(p.cv),
+                                                    DeviceTensor(indptr), DeviceTensor(indices), DeviceTensor(last)}));
+  }
+  constexpr int kRounds = 8;
+  std::vector<Outputs> outs(kRounds);
+  std::vector<std::unique_ptr<DeviceTensor>> dout, dlse;
+  for (int r = 0; r < kRounds; ++r) {
+    const Problem& p = problems[static_cast<std::size_t>(r % 4)];
+    outs[r].out = HostTensor(p.spec.dtype, {p.cu_q.back(), p.spec.heads_q, p.spec.head_dim});
+    outs[r].lse = HostTensor(DType::f32, {p.spec.heads_q, p.cu_q.back()});
+    dout.push_back(std::make_unique<DeviceTensor>(outs[r].out));
+    dlse.push_back(std::make_unique<DeviceTensor>(outs[r].lse));
+    dout[r]->poison(outs[r].out);
+    dlse[r]->poison(outs[r].lse);
+  }
+  TESSERA_TEST_CUDA(cudaDeviceSynchronize());
+  DeviceBytes hold(std::size_t{1} << 31);  // ~0.5 ms of memset ahead of the first copy
+  TESSERA_TEST_CUDA(cudaMemsetAsync(hold.data, 0, hold.bytes, stream.s));
+  for (int r = 0; r < kRounds; ++r) {
+    const Problem& p = problems[static_cast<std::size_t>(r % 4)];
+    const Inputs& x = *in[static_cast<std::size_t>(r % 4)];
+    const std::vector<std::int32_t> ql(p.spec.q_lens.begin(), p.spec.q_lens.end()),
+        kl(p.spec.kv_lens.begin(), p.spec.kv_lens.end());
+    ba.plan(ql, kl, facts, w, ctx);
+    const PagedKVCache cache{x.ck.view(), x.cv.view(), p.spec.layout};
+    const PageTable table{x.indptr.view(), x.indices.view(), x.last.view()};
+    ba.run(x.q.view(), cache, table, dout[r]->view(), dlse[r]->view(), w, ctx);
+  }
+  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  std::vector<Oracle> oracles;
+  for (const Problem& p : problems) oracles.push_back(oracle(p));
+  for (int r = 0; r < kRounds; ++r) {
+    const Problem& p = problems[static_cast<std::size_t>(r % 4)];
+    dout[r]->download(outs[r].out);
+    dlse[r]->download(outs[r].lse);
+    pack(p.spec, p.cu_q, outs[r]);
+    expect_written(outs[r], "round " + std::to_string(r));
+    expect_close(outs[r], oracles[static_cast<std::size_t>(r % 4)], "round " + std::to_string(r));
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "tessera/attention.h"
 #include "tessera/error.h"
 #if defined(TESSERA_HAS_SM90_KERNELS)
+#include "cuda/common/scratch_pool.h"
 #include "cuda/sm90/forward/forward_sm90.h"
 #endif
 
@@ -109,7 +111,11 @@ std::vector<CaseSpec> grid() {
       dense(bf16, 1, 1, 17, 2, 1, 64, opts(false)),                  // one query row
       dense(bf16, 1, 500, 300, 2, 1, 256, opts(false, 50, -1)),      // left-only window, seq_q > seq_k
       dense(f16, 1, 129, 129, 1, 1, 256, opts(true)),                // one row past a tile
-      dense(bf16, 2, 193, 193, 4, 2, 64, opts(true)),                // one row past a 192-row (head_dim 64) tile
+      dense(bf16, 2, 193, 193, 4, 2, 64, opts(true)),                // 193 rows: one past a 192-row tile, 65 past a 128-row one
+      // Masked head_dim 64: two consumer warpgroups (128-row tiles) up to 2048 keys on average,
+      // three (192-row tiles) above: both sides of the switch, with partial tiles.
+      dense(bf16, 1, 130, 2048, 2, 1, 64, opts(true)),
+      dense(f16, 1, 200, 2049, 2, 1, 64, opts(true)),
       dense(f16, 2, 150, 150, 4, 2, 64, opts(false)),                // a third warpgroup partly filled
       ragged(bf16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(true)),  // the same, ragged row stores
       ragged(f16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(true), 8),  // empty seq, empty KV
@@ -125,6 +131,15 @@ std::vector<CaseSpec> grid() {
       ragged(f16, {300, 0, 17, 129, 1, 256, 77, 200, 3, 128, 90, 260, 5, 64, 150, 199, 33, 280, 0, 140},
              {100, 50, 17, 300, 1, 0, 77, 200, 40, 128, 90, 260, 5, 64, 150, 199, 33, 280, 7, 140}, 8, 4, 128,
              opts(false)),
+      // Masked and ragged problems with more tiles than SMs: persistent CTAs take their tiles
+      // from the launch's counter (the dynamic walk); the producer skips tiles past a sequence.
+      dense(bf16, 6, 700, 700, 8, 2, 128, opts(true)),                  // causal: 6 x 48 = 288 tiles
+      dense(f16, 4, 1000, 900, 8, 8, 64, opts(true)),                   // causal, 192-row tiles: 192
+      dense(bf16, 3, 600, 900, 16, 4, 256, opts(false, 100, 50, 2.0f)),  // window + softcap: 240
+      ragged(bf16, {700, 13, 450, 0, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333},
+             {700, 13, 600, 5, 640, 300, 300, 555, 1, 380, 900, 64, 220, 511, 90, 333}, 8, 2, 128, opts(true)),
+      ragged(f16, {700, 13, 450, 0, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333},
+             {650, 13, 450, 9, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333}, 8, 8, 64, opts(false)),
   };
 }
 
@@ -224,6 +239,64 @@ TEST(CudaForward, WithoutLseWritesNoLse) {
   const auto oracle = cpu::reference::forward(p);
   const auto naive = naive_same_precision_forward(p);
   EXPECT_LE(max_abs_error(g.host.out_packed(), oracle.o), tolerance(naive, oracle.o, DType::bf16));
+}
+
+// A causal problem with more tiles than SMs: on sm90 its persistent CTAs take tiles from a
+// counter the call allocates and zeroes on its stream. Captured in a CUDA graph, every replay
+// must find the counter zeroed again and give the eager call's bytes.
+TEST(CudaForward, GraphReplaysOfAMaskedLaunchMatchTheEagerCall) {
+  auto rng = fresh_rng();
+  GpuCase g(dense(DType::bf16, 6, 700, 700, 8, 2, 128, opts(true)), rng);
+  g.run();
+  EXPECT_EQ(g.host.out.count_nan(), 0);
+  const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
+  cudaStream_t stream = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamCreate(&stream));
+  ExecutionContext ctx;
+  ctx.stream = stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), g.lse.view(), g.host.options(), ctx);
+  TESSERA_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    g.out.poison(g.host.out);
+    g.lse.poison(g.host.lse);
+    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+    g.out.download(g.host.out);
+    g.lse.download(g.host.lse);
+    EXPECT_TRUE(o_eager == g.host.out.bytes());
+    EXPECT_TRUE(l_eager == g.host.lse.bytes());
+  }
+  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
+  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
+  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
+}
+
+// The tile counter comes from tessera's scratch pool: one pool per device, and it must keep its
+// memory when a stream synchronizes (the default pool's threshold 0 gives it back, and the next
+// call pays a fresh mapping: +50-170 us per call measured).
+TEST(CudaForward, ScratchPoolKeepsItsMemoryAcrossSynchronization) {
+  int device = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool, tessera::cuda::scratch_pool(device));
+  EXPECT_EQ(tessera::cuda::scratch_pool(-1), nullptr);
+  cudaStream_t stream = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamCreate(&stream));
+  unsigned int* counter = nullptr;
+  TESSERA_TEST_CUDA(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&counter), sizeof(unsigned int), pool, stream));
+  TESSERA_TEST_CUDA(cudaMemsetAsync(counter, 0, sizeof(unsigned int), stream));
+  TESSERA_TEST_CUDA(cudaFreeAsync(counter, stream));
+  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+  std::uint64_t reserved = 0;
+  TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  EXPECT_GT(reserved, 0u) << "the pool gave its memory back at a synchronization";
+  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
 TEST(CudaForward, RepeatableAndStreamOrdered) {

@@ -123,6 +123,10 @@ std::vector<CaseSpec> grid() {
       without_descales(ragged_fp8({1, 17, 113}, {113, 17, 1}, 2, 1, 256, opts(false)), true, false, true),  // only k
       dense_fp8(40, 129, 300, 8, 2, 128, opts(false)),  // more tiles than SMs: persistent CTAs walk several
       dense_fp8(16, 200, 150, 8, 8, 256, opts(false)),
+      dense_fp8(4, 700, 700, 8, 2, 128, opts(true)),    // causal, more tiles than SMs: the dynamic walk
+      dense_fp8(4, 700, 700, 8, 2, 256, opts(true)),    // the same with one Q buffer (d256)
+      ragged_fp8({700, 13, 450, 0, 640, 129, 300, 555, 1, 380, 700, 64}, {700, 13, 600, 5, 640, 300, 300, 555, 1, 380, 900, 64},
+                 8, 2, 128, opts(true)),
   };
 }
 

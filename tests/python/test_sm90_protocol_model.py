@@ -5,13 +5,16 @@ pingpong turns, mbarrier phases and
 parities, named barriers, and a CTA that walks several tiles (the persistent grid), including
 tiles with no K/V tile. It checks that nothing deadlocks, that every read of a stage or of the Q
 buffer sees the data of the tile and K/V tile it expects, that the warpgroups take their turns
-in order 0, 1, (2,) 0, ..., and that the turn barriers end balanced.
+in order 0, 1, (2,) 0, ..., and that the turn barriers end balanced. Tiles reach the consumers and
+the transposing warps through the tile ring (two slots the producer publishes tile indices in,
+then an end marker), as with the dynamic tile walk.
 
 The model mirrors the kernel's waits and arrivals line by line; keep the two in step when the
 protocol changes. It fails on each of these deliberate mistakes (checked when it was written):
 consumer Q parity flipped, no Q release after the epilogue, no final turn taken by warpgroup 0,
 producer's empty-stage parity not flipped, ring position advanced one step early; and, with two Q
-buffers, a Q phase counted per tile instead of per buffer round (r instead of r // 2).
+buffers, a Q phase counted per tile instead of per buffer round (r instead of r // 2); a tile
+slot published without waiting for its release, a reader's tile-slot parity flipped.
 """
 
 import random
@@ -81,6 +84,12 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
     vt_full = [MBar(3) for _ in range(S)]
     vt_empty = [MBar(4 * W) for _ in range(S)]
     turn = [NamedBar(256) for _ in range(W)]
+    # The tile ring: the producer publishes each tile it takes (and finally an end marker) in
+    # slot r % 2; every consumer warp (4 per warpgroup) and transposing warp reads and releases.
+    tile_full = [MBar(1) for _ in range(2)]
+    tile_empty = [MBar(4 * W + (3 if fp8 else 0)) for _ in range(2)]
+    slot = [None, None]
+    END = "end"
     order = []  # warpgroups in the order they got their turns
     kbuf = [None] * S
     vbuf = [None] * S
@@ -92,10 +101,27 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
     def tma(cb):
         pending_tma.append(cb)
 
+    def publish(r, value):
+        while not tile_empty[r % 2].try_wait(((r // 2) & 1) ^ 1):
+            yield
+        slot[r % 2] = value
+        tile_full[r % 2].arrive()
+
+    def read_tile(r, warps):
+        while not tile_full[r % 2].try_wait((r // 2) & 1):
+            yield
+        value = slot[r % 2]
+        yield
+        tile_empty[r % 2].arrive(warps)
+        return value
+
     def producer():
         it = 0
         qr = 0
-        for t in tiles:
+        for r, t in enumerate(tiles + [END]):
+            yield from publish(r, t)
+            if t == END:
+                break
             n = ntiles_of(t)
 
             def load_q(t=t):
@@ -134,7 +160,11 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
 
     def transposer():
         it = 0
-        for t in tiles:
+        for r in range(len(tiles) + 1):
+            t = yield from read_tile(r, 3)
+            assert t == (tiles + [END])[r], ("transposer tile", t, r)
+            if t == END:
+                break
             for i in range(ntiles_of(t)):
                 st = it % S
                 par = (it // S) & 1
@@ -168,7 +198,11 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
         pvf = vt_full if fp8 else v_full
         pve = vt_empty if fp8 else v_empty
         pvb = vtbuf if fp8 else vbuf
-        for t in tiles:
+        for r in range(len(tiles) + 1):
+            t = yield from read_tile(qr, 4)  # one tile per Q round: qr is the ring position
+            assert t == (tiles + [END])[r], ("consumer tile", t, r)
+            if t == END:
+                break
             n = ntiles_of(t)
             b = qr % QB
             while not q_full[b].try_wait((qr // QB) & 1):
@@ -181,7 +215,8 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
                 assert qbuf[b]["rows"][c] == ("q", t)
                 assert kbuf[st] == (t, 0)
                 pas()
-                yield
+                yield  # the wgmma runs until its wait: Q and K must still hold this tile's data
+                assert qbuf[b]["rows"][c] == ("q", t) and kbuf[st] == (t, 0), "Q or K overwritten under the wgmma"
                 k_empty[st].arrive(4)
                 for i in range(1, n):
                     prev = it % S
@@ -197,8 +232,10 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
                     assert pvb[prev] == (t, i - 1), (pvb[prev], (t, i - 1))
                     pas()
                     yield
+                    assert qbuf[b]["rows"][c] == ("q", t) and kbuf[st] == (t, i), "Q or K overwritten under the wgmma"
                     k_empty[st].arrive(4)
                     yield
+                    assert pvb[prev] == (t, i - 1), "V overwritten under the wgmma"
                     pve[prev].arrive(4)
                 last = it % S
                 while not pvf[last].try_wait((it // S) & 1):
@@ -207,6 +244,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
                 assert pvb[last] == (t, n - 1)
                 pas()
                 yield
+                assert pvb[last] == (t, n - 1), "V overwritten under the wgmma"
                 pve[last].arrive(4)
                 it += 1
             # epilogue: overwrite own Q rows, release

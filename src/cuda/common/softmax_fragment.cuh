@@ -67,13 +67,16 @@ __device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], ma
     // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
     m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;
   }
-  float sum[2] = {0.0f, 0.0f};
+  // The sums start from the first weight, not from 0: 0 + w == w for every weight ex2 can return
+  // (+0 included, never -0), so the values are the same without the two adds of 0.
+  float sum[2];
 #pragma unroll
   for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       s[n][e] = fast_exp2(fmaf(s[n][e], mul, -m_use[e >> 1]));
-      sum[e >> 1] += s[n][e];
+      if (n == 0 && (e & 1) == 0) sum[e >> 1] = s[n][e];
+      else sum[e >> 1] += s[n][e];
     }
   rows[0].add(sum[0]);
   rows[1].add(sum[1]);

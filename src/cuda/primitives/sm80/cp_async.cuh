@@ -1,5 +1,5 @@
 // cp.async (sm_80+): asynchronous global -> shared copies that bypass registers.
-// We use only the 16-byte .cg form (caches in L2, not L1: streamed tiles are read once per
+// We use the 16-byte .cg form for tiles (caches in L2, not L1: streamed tiles are read once per
 // CTA). With src-size 0 the 16 destination bytes are zero-filled and nothing is read, which
 // is how tiles that hang over a sequence's end are padded without touching memory past it.
 //
@@ -18,6 +18,14 @@ namespace tessera::cuda::sm80 {
 __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void* src, bool valid) {
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// 4-byte form for per-row scalars (the backward's LSE and D rows, which need not be 16-byte
+// aligned): L1-allocating .ca is the only form for 4 bytes; zero-fill when !valid. (Moved here
+// from the sm80 backward so that the sm90 backward shares it.)
+__device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

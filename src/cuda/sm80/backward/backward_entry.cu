@@ -15,6 +15,9 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/sm80/backward/backward.h"
 #include "cuda/sm80/backward/tiles.h"
+#if defined(TESSERA_HAS_SM90_KERNELS)
+#include "cuda/sm90/backward/backward_sm90.h"
+#endif
 #include "tessera/error.h"
 
 namespace tessera::cuda {
@@ -167,11 +170,19 @@ void launch_post(const PostArgs& a, cudaStream_t stream) {
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+// use_sm90: the sm90 (wgmma) main kernel replaces the sm80 one; it walks the same tiles and
+// uses the same arguments and workspace, so the pre/post kernels serve both.
 template <typename T, int D>
 void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
-               const PostArgs& post_dk, const PostArgs& post_dv, cudaStream_t stream) {
+               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, cudaStream_t stream) {
   launch_pre<T, D>(pre, stream);
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  if (use_sm90) sm90::launch_backward_main(p, args, stream);
+  else launch_backward_main<T, D>(args, stream);
+#else
+  (void)use_sm90;
   launch_backward_main<T, D>(args, stream);
+#endif
   launch_post<T, D>(post_dq, stream);
   if (args.n_splits > 1) {
     launch_post<T, D>(post_dk, stream);
@@ -182,11 +193,11 @@ void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre,
 
 template <typename T>
 void run_dtype(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
-               const PostArgs& post_dk, const PostArgs& post_dv, cudaStream_t stream) {
+               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, stream);
-    case 128: return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, stream);
-    case 256: return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, stream);
+    case 64: return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, stream);
+    case 128: return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, stream);
+    case 256: return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, stream);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q", "attention_backward: head_dim " + std::to_string(p.head_dim) + " not compiled");
@@ -278,6 +289,14 @@ void attention_backward(const BackwardParams& p) {
 
   int sms = 1;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device.index));
+  // On compute capability 9.0 the sm90 main kernel takes the cases it supports when
+  // TESSERA_CUDA_BACKWARD=sm90 is set (opt-in while it is measured against this one); the
+  // grid, split, workspace and pre/post kernels below are the same for both.
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  const bool use_sm90 = sm90::backward_applicable(p);
+#else
+  const bool use_sm90 = false;
+#endif
 
   // Split a GQA group over CTAs only while the grid is smaller than the device.
   const int group = p.group();
@@ -354,9 +373,9 @@ void attention_backward(const BackwardParams& p) {
     PostArgs post_dv{a.dv_part, p.dv.ptr, p.dv.batch, p.dv.row, p.dv.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
 
     if (p.dtype == DType::bf16)
-      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, stream);
+      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, stream);
     else
-      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, stream);
+      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, stream);
   } catch (...) {
     (void)cudaFreeAsync(ws, stream);
     throw;

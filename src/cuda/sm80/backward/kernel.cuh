@@ -1,17 +1,21 @@
 // The sm80 backward main kernel (mma.sync m16n8k16, ldmatrix, cp.async).
 //
 // CTA = (KV tile j of Bc rows, kv head + group split, batch); 8 warps. Warp w owns KV rows
-// 16*(w % (Bc/16)) .. +16 and, when WQ = 2 (head_dim 256), half of the query columns of S^T
-// and half of the head_dim columns of dK/dV. Per query tile (Br rows) and query head:
+// 16 MR (w % kWarpsKV) .. +16 MR (MR m16 atoms: 2 at head_dim 128, else 1) and, when WQ = 2
+// (head_dim 128, 256), half of the query columns of S^T and half of the head_dim columns of
+// dK/dV. Per query tile (Br rows) and query head:
 //   S^T  = K_j Q_i^T                (A = K from smem, B = Q from smem)
 //   P^T  = exp2(S^T * scale*log2e - lse2)   masked -> 0
 //   dV  += P^T dO_i                 (A = P^T from registers, or smem when WQ = 2)
 //   dP^T = V_j dO_i^T
 //   dS^T = P^T * (dP^T - D)  (* (1 - tanh^2) with softcap)   -> smem as bf16/fp16
 //   dK  += dS^T Q_i
-//   dQ_i += dS K_j                  (all 8 warps, 4 x 2 over (Br, head_dim)) -> fp32 atomics
+//   dQ_i += dS K_j                  (all 8 warps, 4 x 2 over (Br, head_dim); 2 x 4 of 32 x 32 at
+//                                    head_dim 128) -> fp32 atomics
 // Computing S^T rather than S keeps a warp's KV rows in the M dimension of every GEMM whose
-// result it keeps (dK, dV), so P^T and dS^T feed those GEMMs straight from registers.
+// result it keeps (dK, dV), so P^T and dS^T feed those GEMMs straight from registers (WQ = 1),
+// or from smem after a barrier of the two warps sharing the KV rows (WQ = 2).
+// scripts/emulate_bwd_sm80.py replays the head_dim 128 index arithmetic on the host.
 //
 // Shared tiles are row-major, 16-byte chunks XOR-swizzled by (row & 7): every ldmatrix
 // phase and every 4-byte fragment store touches 8 distinct chunks, hence no bank conflicts.
@@ -28,6 +32,7 @@
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/mma.cuh"
+#include "cuda/primitives/sm80/red.cuh"
 #include "cuda/sm80/backward/backward.h"
 #include "cuda/sm80/backward/tiles.h"
 #include "math/mask.h"
@@ -40,23 +45,6 @@ __device__ __forceinline__ std::uint32_t swz(int r, int ch) {
   return static_cast<std::uint32_t>(r * (W * 2) + ((ch ^ (r & 7)) << 4));
 }
 
-
-// 4-byte cp.async (L1-allocating .ca is the only form for 4 bytes); zero-fill when !valid.
-__device__ __forceinline__ void cp_async_4_zfill(std::uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-
-// dst[0..1] += (a, b) at gpu scope without returning the old values (sm_90 vector RED).
-// Like atomicAdd on f32 in global memory, it flushes subnormals.
-__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b));
-#else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-#endif
-}
 
 // Copies `R` rows of W elements (rows past `valid` zero-filled) into a swizzled tile.
 template <int R, int W, int kThreads, typename T>
@@ -84,27 +72,65 @@ __device__ __forceinline__ std::uint32_t chunk_at(std::uint32_t lane_addr, int c
   return (lane_addr ^ static_cast<std::uint32_t>((cconst & 7) << 4)) + static_cast<std::uint32_t>((cconst & ~7) << 4);
 }
 
-// acc[n][*] (16 x NCOLS, M = rows x_row0.., N = rows y_row0.. of Y) = X · Y^T over D.
-// X, Y: swizzled [rows][D] tiles; x_row0, y_row0 multiples of 8.
-template <bool kBf16, int D, int NCOLS>
-__device__ __forceinline__ void gemm_xyT(float (&acc)[NCOLS / 8][4], std::uint32_t sX, int x_row0, std::uint32_t sY,
+// acc[m * NCOLS / 8 + n][*] (16 MR x NCOLS, M = rows x_row0.., N = rows y_row0.. of Y) = X · Y^T
+// over D. X, Y: swizzled [rows][D] tiles; x_row0, y_row0 multiples of 8. With MR = 2 each B
+// fragment feeds two HMMAs (head_dim 128): 4 ldmatrix per 8 HMMA instead of 5.
+template <bool kBf16, int D, int NCOLS, int MR = 1>
+__device__ __forceinline__ void gemm_xyT(float (&acc)[MR * NCOLS / 8][4], std::uint32_t sX, int x_row0, std::uint32_t sY,
                                          int y_row0, int lane) {
 #pragma unroll
-  for (int n = 0; n < NCOLS / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int n = 0; n < MR * NCOLS / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   const std::uint32_t a_addr =
       sX + (x_row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (((lane >> 4) ^ (lane & 7)) << 4);
   const std::uint32_t b_addr =
       sY + (y_row0 + (lane & 7) + (lane >> 4) * 8) * (D * 2) + ((((lane >> 3) & 1) ^ (lane & 7)) << 4);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // sm_90 builds: ptxas already runs the ldmatrix ~10 HMMAs ahead of their use in the plain
+  // loop; the explicit double buffer below cost 20 B of spill there (3 LDL per step).
+  constexpr bool kDoubleBuffer = false;
+#else
+  // sm_80 builds: the plain loop left 23 of 144 ldmatrix per step with no HMMA between load and
+  // use (mean 7.4); double-buffered: 10, mean 11.7, and 247-250 registers without spill.
+  constexpr bool kDoubleBuffer = MR > 1;
+#endif
+  if constexpr (!kDoubleBuffer) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    std::uint32_t a[4];
-    ldmatrix_x4(a, chunk_at(a_addr, kk * 2));
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t a[MR][4];
 #pragma unroll
-    for (int np = 0; np < NCOLS / 16; ++np) {
-      std::uint32_t b[4];
-      ldmatrix_x4(b, chunk_at(b_addr + np * 16 * (D * 2), kk * 2));
-      mma_m16n8k16<kBf16>(acc[2 * np], a, b[0], b[1]);
-      mma_m16n8k16<kBf16>(acc[2 * np + 1], a, b[2], b[3]);
+      for (int m = 0; m < MR; ++m) ldmatrix_x4(a[m], chunk_at(a_addr + m * 16 * (D * 2), kk * 2));
+#pragma unroll
+      for (int np = 0; np < NCOLS / 16; ++np) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, chunk_at(b_addr + np * 16 * (D * 2), kk * 2));
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+          mma_m16n8k16<kBf16>(acc[m * (NCOLS / 8) + 2 * np], a[m], b[0], b[1]);
+          mma_m16n8k16<kBf16>(acc[m * (NCOLS / 8) + 2 * np + 1], a[m], b[2], b[3]);
+        }
+      }
+    }
+  } else {
+    // Fragment double-buffering: slice kk + 1's A and B fragments are loaded before slice kk's
+    // HMMAs, so each ldmatrix has a whole slice of HMMAs (8 MR) to land in.
+    std::uint32_t a[2][MR][4], b[2][NCOLS / 16][4];
+    auto load = [&](int kk, int buf) {
+#pragma unroll
+      for (int m = 0; m < MR; ++m) ldmatrix_x4(a[buf][m], chunk_at(a_addr + m * 16 * (D * 2), kk * 2));
+#pragma unroll
+      for (int np = 0; np < NCOLS / 16; ++np) ldmatrix_x4(b[buf][np], chunk_at(b_addr + np * 16 * (D * 2), kk * 2));
+    };
+    load(0, 0);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      if (kk + 1 < D / 16) load(kk + 1, (kk + 1) & 1);
+#pragma unroll
+      for (int np = 0; np < NCOLS / 16; ++np)
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+          mma_m16n8k16<kBf16>(acc[m * (NCOLS / 8) + 2 * np], a[kk & 1][m], b[kk & 1][np][0], b[kk & 1][np][1]);
+          mma_m16n8k16<kBf16>(acc[m * (NCOLS / 8) + 2 * np + 1], a[kk & 1][m], b[kk & 1][np][2], b[kk & 1][np][3]);
+        }
     }
   }
 }
@@ -128,6 +154,35 @@ __device__ __forceinline__ void gemm_ay(float (&acc)[NCOLS / 8][4], const std::u
   }
 }
 
+// acc[m * NCOLS / 8 + n] (16 MR x NCOLS at columns col0.. of Y) += A · Y[0..KROWS)[col0..], with
+// A (16 MR x KROWS) read from a swizzled [..][KROWS] tile at rows a_row0.. (P^T or dS^T written
+// by the warp pair), one k16 slice at a time: MR A fragments live, not KROWS / 16 x MR.
+// Y: swizzled [KROWS][D] tile read transposed; col0 % 64 == 0.
+template <bool kBf16, int D, int KROWS, int NCOLS, int MR>
+__device__ __forceinline__ void gemm_sy(float (&acc)[MR * NCOLS / 8][4], std::uint32_t sA, int a_row0,
+                                        std::uint32_t sY, int col0, int lane) {
+  static_assert(KROWS / 8 <= 8, "the A chunk index 2 t + lane bit stays in one swizzle row");
+  const std::uint32_t a_addr = sA + swz<KROWS>(a_row0 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+  const std::uint32_t b_addr =
+      sY + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (col0 / 8) * 16 + (((lane >> 4) ^ (lane & 7)) << 4);
+#pragma unroll
+  for (int t = 0; t < KROWS / 16; ++t) {
+    std::uint32_t a[MR][4];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) ldmatrix_x4(a[m], chunk_at(a_addr + m * 16 * (KROWS * 2), 2 * t));
+#pragma unroll
+    for (int np = 0; np < NCOLS / 16; ++np) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, chunk_at(b_addr + t * 16 * (D * 2), np * 2));
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        mma_m16n8k16<kBf16>(acc[m * (NCOLS / 8) + 2 * np], a[m], b[0], b[1]);
+        mma_m16n8k16<kBf16>(acc[m * (NCOLS / 8) + 2 * np + 1], a[m], b[2], b[3]);
+      }
+    }
+  }
+}
+
 // CTAs per SM the registers are budgeted for, per target arch (see Layout::kMinBlocksSm90).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define TESSERA_BWD_MIN_BLOCKS(D) (Layout<D>::kMinBlocksSm90)
@@ -138,7 +193,7 @@ __device__ __forceinline__ void gemm_ay(float (&acc)[NCOLS / 8][4], const std::u
 template <typename T, int D>
 __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)) backward_main_kernel(const BwdArgs p) {
   using L = Layout<D>;
-  constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages;
+  constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages, MR = L::MR;
   constexpr int kThreads = L::kThreads, kQCols = L::kQCols, kDCols = L::kDCols;
   constexpr bool kBf16 = Traits<T>::is_bf16;
 
@@ -225,13 +280,14 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
     }
   };
 
-  float dv_acc[kDCols / 8][4], dk_acc[kDCols / 8][4];
+  // Accumulator index m * kDCols / 8 + n: m16 atom m (KV rows kv_row_w + 16 m ..), n8 tile n.
+  float dv_acc[MR * kDCols / 8][4], dk_acc[MR * kDCols / 8][4];
 #pragma unroll
-  for (int n = 0; n < kDCols / 8; ++n)
+  for (int n = 0; n < MR * kDCols / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv_acc[n][e] = dk_acc[n][e] = 0.0f;
 
-  const int kv_row_w = 16 * kvg;           // this warp's first KV row in the tile
+  const int kv_row_w = L::kRowsW * kvg;    // this warp's first KV row in the tile
   const int q_col_w = qg * kQCols;         // this warp's first S^T column
   const int d_col_w = qg * kDCols;         // this warp's first dK/dV column
   // Fragment stores into the [Bc][Br] tiles: element (row kv_row_w + g, chunk q_col_w/8 + n,
@@ -288,8 +344,8 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
     const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
 
     // ---- S^T and P^T (in place, fp32) ----
-    float s_acc[kQCols / 8][4];
-    gemm_xyT<kBf16, D, kQCols>(s_acc, sK, kv_row_w, sQ, q_col_w, lane);
+    float s_acc[MR * kQCols / 8][4];  // index m * kQCols / 8 + n
+    gemm_xyT<kBf16, D, kQCols, MR>(s_acc, sK, kv_row_w, sQ, q_col_w, lane);
     // Two copies of the elementwise step, picked by a CTA-uniform branch: the common one (no
     // softcap, tile wholly visible) is straight-line code the scheduler can interleave; the
     // general one tests per element. Per visible element both compute the same expression.
@@ -301,23 +357,27 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
         for (int e = 0; e < 2; ++e) {
           const int col = q_col_w + n * 8 + 2 * t4 + e;
           const float lse2 = lse_t[col];
-          bool vis0 = true, vis1 = true;
-          if (kGeneral && need_mask) {
-            const math::KeyRange kr = math::visible_keys(mask, q0 + col);
-            const int j0 = kv0 + kv_row_w + g, j1 = j0 + 8;
-            vis0 = j0 >= kr.begin && j0 < kr.end;
-            vis1 = j1 >= kr.begin && j1 < kr.end;
-          }
 #pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const float x = s_acc[n][2 * hr + e];
-            if constexpr (kGeneral) {
-              const float cap_log2 = p.softcap * 1.4426950408889634f;
-              const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
-              const float v = softcap_on ? cap_log2 * tanhf(x * scale_over_cap) : x * p.scale_log2;
-              s_acc[n][2 * hr + e] = (hr == 0 ? vis0 : vis1) ? fast_exp2(v - lse2) : 0.0f;
-            } else {
-              s_acc[n][2 * hr + e] = fast_exp2(x * p.scale_log2 - lse2);
+          for (int m = 0; m < MR; ++m) {
+            const int i = m * (kQCols / 8) + n;
+            bool vis0 = true, vis1 = true;
+            if (kGeneral && need_mask) {
+              const math::KeyRange kr = math::visible_keys(mask, q0 + col);  // same for every m
+              const int j0 = kv0 + kv_row_w + 16 * m + g, j1 = j0 + 8;
+              vis0 = j0 >= kr.begin && j0 < kr.end;
+              vis1 = j1 >= kr.begin && j1 < kr.end;
+            }
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const float x = s_acc[i][2 * hr + e];
+              if constexpr (kGeneral) {
+                const float cap_log2 = p.softcap * 1.4426950408889634f;
+                const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
+                const float v = softcap_on ? cap_log2 * tanhf(x * scale_over_cap) : x * p.scale_log2;
+                s_acc[i][2 * hr + e] = (hr == 0 ? vis0 : vis1) ? fast_exp2(v - lse2) : 0.0f;
+              } else {
+                s_acc[i][2 * hr + e] = fast_exp2(x * p.scale_log2 - lse2);
+              }
             }
           }
         }
@@ -330,12 +390,22 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
     // ---- dV += P^T dO ----
     // P^T also goes to smem (16-bit): the dS step reads it back there instead of keeping 16
     // more registers alive through the dP GEMM (and, with WQ = 2, the partner warp reads it).
+    // Atom m sits 16 m rows lower: (row & 7) and so the swizzle key are unchanged.
 #pragma unroll
-    for (int n = 0; n < kQCols / 8; ++n) {
-      const int off = fo ^ (n << 4);
-      *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = Traits<T>::pack2(s_acc[n][0], s_acc[n][1]);
-      *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = Traits<T>::pack2(s_acc[n][2], s_acc[n][3]);
+    for (int m = 0; m < MR; ++m) {
+#pragma unroll
+      for (int n = 0; n < kQCols / 8; ++n) {
+        const int i = m * (kQCols / 8) + n;
+        const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+        *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = Traits<T>::pack2(s_acc[i][0], s_acc[i][1]);
+        *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = Traits<T>::pack2(s_acc[i][2], s_acc[i][3]);
+      }
     }
+    if constexpr (MR > 1) {
+      // The pair's P^T rows are complete after its barrier; A is read one k16 slice at a time.
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+      gemm_sy<kBf16, D, Br, kDCols, MR>(dv_acc, sPT, kv_row_w, sDO, d_col_w, lane);
+    } else {
     std::uint32_t pa[Br / 16][4];
     if constexpr (WQ == 1) {
 #pragma unroll
@@ -352,16 +422,18 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
       for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(pa[t], sPT + swz<Br>(a_row, 2 * t + (lane >> 4)));
     }
     gemm_ay<kBf16, D, Br, kDCols>(dv_acc, pa, sDO, d_col_w, lane);
+    }
 
     // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
-    float dp_acc[kQCols / 8][4];
-    gemm_xyT<kBf16, D, kQCols>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
+    float dp_acc[MR * kQCols / 8][4];
+    gemm_xyT<kBf16, D, kQCols, MR>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
     auto ds_step = [&](auto cap_tag) {
       constexpr bool kCap = decltype(cap_tag)::value;
 #pragma unroll
-      for (int n = 0; n < kQCols / 8; ++n) {
+      for (int i = 0; i < MR * kQCols / 8; ++i) {
+        const int m = i / (kQCols / 8), n = i % (kQCols / 8);
         // This thread's own P^T values (stored above by this thread: no barrier needed).
-        const int off = fo ^ (n << 4);
+        const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
         const float2 pf[2] = {Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + pt_off + off)),
                               Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + pt_off + off + 8 * Br * 2))};
 #pragma unroll
@@ -371,18 +443,21 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const float pv = e == 0 ? pf[hr].x : pf[hr].y;
-            float ds = pv * (dp_acc[n][2 * hr + e] - del);
+            float ds = pv * (dp_acc[i][2 * hr + e] - del);
             if (kCap && softcap_on && pv > 0.0f) {  // head_dim 256 takes this copy uncapped too
               // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
               const float log2_to_t = 0.6931471805599453f / p.softcap;  // v/(cap*log2e)
               const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
               ds *= 1.0f - tt * tt;
             }
-            dp_acc[n][2 * hr + e] = ds;
+            dp_acc[i][2 * hr + e] = ds;
           }
         }
       }
     };
+    // WQ = 2 keeps one copy: at head_dim 256 two spilled; at head_dim 128 two copies left 12 B
+    // of spill in the loop (sm_90 f16, sm_80), one copy none. Its softcap test is predicated
+    // (FSETP + @P MUFU.LG2), not branched, in SASS.
     if constexpr (WQ == 2) {
       ds_step(std::true_type{});
     } else {
@@ -390,14 +465,21 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
     }
     // dS^T to smem ([Bc][Br]) for the dQ step (and for the partner warp when WQ = 2).
 #pragma unroll
-    for (int n = 0; n < kQCols / 8; ++n) {
-      const int off = fo ^ (n << 4);
-      *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[n][0], dp_acc[n][1]);
-      *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[n][2], dp_acc[n][3]);
+    for (int m = 0; m < MR; ++m) {
+#pragma unroll
+      for (int n = 0; n < kQCols / 8; ++n) {
+        const int i = m * (kQCols / 8) + n;
+        const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+        *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]);
+        *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]);
+      }
     }
 
     // ---- dK += dS^T Q ----
-    {
+    if constexpr (MR > 1) {
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+      gemm_sy<kBf16, D, Br, kDCols, MR>(dk_acc, s_base + ds_off, kv_row_w, sQ, d_col_w, lane);
+    } else {
       std::uint32_t da[Br / 16][4];
       if constexpr (WQ == 1) {
 #pragma unroll
@@ -431,30 +513,37 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
 
     // ---- dQ_i += dS K_j: warps tile (Br, D) as 4 x 2 ----
     {
-      constexpr int kN = L::kDqCols;
+      constexpr int kN = L::kDqCols, MQ = L::MQ;
       const int wm = warp % L::kDqWarpsM, wn = warp / L::kDqWarpsM;
-      float dq[kN / 8][4];
+      float dq[MQ * kN / 8][4];  // index mq * kN / 8 + n: query rows 16 (MQ wm + mq) ..
 #pragma unroll
-      for (int n = 0; n < kN / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+      for (int n = 0; n < MQ * kN / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
       const int mi = lane >> 3;
       // A = dS (m = query, k = KV) read transposed from dS^T; t * 16 rows keep (row & 7).
-      const std::uint32_t a_addr = s_base + ds_off + swz<Br>((lane & 7) + (mi >> 1) * 8, 2 * wm + (mi & 1));
+      // Atom mq is chunk 2 (MQ wm + mq) + (mi & 1); 2 mq never overlaps 2 MQ wm + (mi & 1)
+      // (MQ is 1 or 2), so it is one XOR with an immediate (chunk_at).
+      static_assert(MQ == 1 || MQ == 2, "chunk bits of the dS^T A fragments");
+      const std::uint32_t a_addr = s_base + ds_off + swz<Br>((lane & 7) + (mi >> 1) * 8, 2 * MQ * wm + (mi & 1));
       // Chunk = cb + 2 np + lane bit with cb = wn * kN / 8; cb & 7 is 0, or 4 with np < 2
-      // (head_dim 64), so its low bits join the key without carries.
+      // (head_dim 64, 128), so its low bits join the key without carries.
       const int cb = wn * kN / 8;
       const std::uint32_t b_addr = sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (cb & ~7) * 16 +
                                    ((((cb & 7) | (lane >> 4)) ^ (lane & 7)) << 4);
       static_assert((kN / 8) % 8 == 0 || ((kN / 8) % 4 == 0 && kN / 16 <= 2), "cb & 7 must not overlap 2 * np");
 #pragma unroll
       for (int t = 0; t < Bc / 16; ++t) {
-        std::uint32_t a[4];
-        ldmatrix_x4_trans(a, a_addr + t * 16 * (Br * 2));
+        std::uint32_t a[MQ][4];
+#pragma unroll
+        for (int mq = 0; mq < MQ; ++mq) ldmatrix_x4_trans(a[mq], chunk_at(a_addr + t * 16 * (Br * 2), 2 * mq));
 #pragma unroll
         for (int np = 0; np < kN / 16; ++np) {
           std::uint32_t bb[4];
           ldmatrix_x4_trans(bb, chunk_at(b_addr + t * 16 * (D * 2), np * 2));
-          mma_m16n8k16<kBf16>(dq[2 * np], a, bb[0], bb[1]);
-          mma_m16n8k16<kBf16>(dq[2 * np + 1], a, bb[2], bb[3]);
+#pragma unroll
+          for (int mq = 0; mq < MQ; ++mq) {
+            mma_m16n8k16<kBf16>(dq[mq * (kN / 8) + 2 * np], a[mq], bb[0], bb[1]);
+            mma_m16n8k16<kBf16>(dq[mq * (kN / 8) + 2 * np + 1], a[mq], bb[2], bb[3]);
+          }
         }
       }
 
@@ -475,26 +564,30 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
       }
       float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h) * p.total_q + q_gr0 + q0) * D;
 #pragma unroll
+      for (int mq = 0; mq < MQ; ++mq) {
+#pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const int r = 16 * wm + g + 8 * hr;
+        const int r = 16 * (MQ * wm + mq) + g + 8 * hr;
         if (q0 + r < q_len) {
           float* row = acc_base + static_cast<std::int64_t>(r) * D + wn * kN + 2 * t4;
 #pragma unroll
           for (int n = 0; n < kN / 8; ++n) {
+            const int i = mq * (kN / 8) + n;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            if (WQ == 2 || lock != nullptr) {  // head_dim 256: two paths spilled ~200 B
-              atomicAdd(reinterpret_cast<float2*>(row + n * 8), make_float2(dq[n][2 * hr], dq[n][2 * hr + 1]));
+            if ((WQ == 2 && MR == 1) || lock != nullptr) {  // head_dim 256: two paths spilled ~200 B
+              atomicAdd(reinterpret_cast<float2*>(row + n * 8), make_float2(dq[i][2 * hr], dq[i][2 * hr + 1]));
             } else {
               // Fire-and-forget reduction (RED): atomicAdd's ATOMG returns the old values and
               // the warp waits on that round trip at the next reuse of the registers.
-              red_add_f32x2(row + n * 8, dq[n][2 * hr], dq[n][2 * hr + 1]);
+              red_add_f32x2(row + n * 8, dq[i][2 * hr], dq[i][2 * hr + 1]);
             }
 #else
-            atomicAdd(row + n * 8, dq[n][2 * hr]);
-            atomicAdd(row + n * 8 + 1, dq[n][2 * hr + 1]);
+            atomicAdd(row + n * 8, dq[i][2 * hr]);
+            atomicAdd(row + n * 8 + 1, dq[i][2 * hr + 1]);
 #endif
           }
         }
+      }
       }
       if (lock != nullptr) {
         __threadfence();
@@ -510,32 +603,35 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
     T* dk_out = static_cast<T*>(p.dk);
     T* dv_out = static_cast<T*>(p.dv);
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int j = jr + 8 * hr;
+    for (int mh = 0; mh < 2 * MR; ++mh) {  // (atom m, half hr) = (mh / 2, mh % 2)
+      const int hr = mh % 2, a0 = (mh / 2) * (kDCols / 8);
+      const int j = jr + 16 * (mh / 2) + 8 * hr;
       if (j < k_len) {
         const std::int64_t ko = b * p.dk_batch + (k_row0 + j) * p.dk_row + hkv * p.dk_head + d_col_w + 2 * t4;
         const std::int64_t vo = b * p.dv_batch + (k_row0 + j) * p.dv_row + hkv * p.dv_head + d_col_w + 2 * t4;
 #pragma unroll
         for (int n = 0; n < kDCols / 8; ++n) {
           *reinterpret_cast<std::uint32_t*>(dk_out + ko + n * 8) =
-              Traits<T>::pack2(dk_acc[n][2 * hr] * p.scale, dk_acc[n][2 * hr + 1] * p.scale);
+              Traits<T>::pack2(dk_acc[a0 + n][2 * hr] * p.scale, dk_acc[a0 + n][2 * hr + 1] * p.scale);
           *reinterpret_cast<std::uint32_t*>(dv_out + vo + n * 8) =
-              Traits<T>::pack2(dv_acc[n][2 * hr], dv_acc[n][2 * hr + 1]);
+              Traits<T>::pack2(dv_acc[a0 + n][2 * hr], dv_acc[a0 + n][2 * hr + 1]);
         }
       }
     }
   } else {
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int j = jr + 8 * hr;
+    for (int mh = 0; mh < 2 * MR; ++mh) {
+      const int hr = mh % 2, a0 = (mh / 2) * (kDCols / 8);
+      const int j = jr + 16 * (mh / 2) + 8 * hr;
       if (j < k_len) {
         const std::int64_t o =
             ((static_cast<std::int64_t>(split) * p.total_k + k_gr0 + j) * p.heads_kv + hkv) * D + d_col_w + 2 * t4;
 #pragma unroll
         for (int n = 0; n < kDCols / 8; ++n) {
           *reinterpret_cast<float2*>(p.dk_part + o + n * 8) =
-              make_float2(dk_acc[n][2 * hr] * p.scale, dk_acc[n][2 * hr + 1] * p.scale);
-          *reinterpret_cast<float2*>(p.dv_part + o + n * 8) = make_float2(dv_acc[n][2 * hr], dv_acc[n][2 * hr + 1]);
+              make_float2(dk_acc[a0 + n][2 * hr] * p.scale, dk_acc[a0 + n][2 * hr + 1] * p.scale);
+          *reinterpret_cast<float2*>(p.dv_part + o + n * 8) =
+              make_float2(dv_acc[a0 + n][2 * hr], dv_acc[a0 + n][2 * hr + 1]);
         }
       }
     }

@@ -6,34 +6,42 @@ namespace tessera::cuda::sm80::bwd {
 
 template <int D>
 struct Cfg;
-// head_dim 64/128: Bc = 128 (8 warps x 16 KV rows), Br = 64, Q/dO double-buffered.
+// MR: m16 atoms of KV rows per warp (16 * MR rows); MQ: m16 atoms of query rows per warp in
+// the dQ GEMM. A B fragment loaded once feeds MR (MQ) HMMAs, which is what cuts shared traffic.
+// head_dim 64: Bc = 128 (8 warps x 16 KV rows), Br = 64, Q/dO double-buffered.
 // dK+dV accumulators: 2 * 16 * D / 32 = D regs/thread; S^T and dP^T: 32 each.
 template <>
 struct Cfg<64> {
-  static constexpr int Bc = 128, Br = 64, WQ = 1, Stages = 2;
+  static constexpr int Bc = 128, Br = 64, WQ = 1, Stages = 2, MR = 1, MQ = 1;
 };
+// head_dim 128, FA2-style warp layout: 4 KV groups of 32 rows x 2 halves (WQ = 2). Each warp
+// computes S^T/dP^T for 32 KV x 32 query columns and keeps dK/dV for 32 KV rows x 64 head_dim
+// columns (the same 128 accumulators as 16 x 128); P^T/dS^T reach the pair's dV/dK GEMMs through
+// smem (pair barrier, as at head_dim 256). dQ: 2 x 4 warps of 32 query rows x 32 columns.
+// Per step ldmatrix bytes 736 -> 576 KB (see docs/perf/backward_sm80.md).
 template <>
 struct Cfg<128> {
-  static constexpr int Bc = 128, Br = 64, WQ = 1, Stages = 2;
+  static constexpr int Bc = 128, Br = 64, WQ = 2, Stages = 2, MR = 2, MQ = 2;
 };
 // head_dim 256: dK+dV for 16 x 256 would need 256 regs, so two warps share 16 KV rows,
 // each keeping half of head_dim; P^T/dS^T are exchanged through smem. Single-buffered Q/dO
 // keeps smem at 144 KB (fits A100's 163 KB).
 template <>
 struct Cfg<256> {
-  static constexpr int Bc = 64, Br = 64, WQ = 2, Stages = 1;
+  static constexpr int Bc = 64, Br = 64, WQ = 2, Stages = 1, MR = 1, MQ = 1;
 };
 
 template <int D>
 struct Layout {
   using C = Cfg<D>;
-  static constexpr int Bc = C::Bc, Br = C::Br, WQ = C::WQ, Stages = C::Stages;
-  static constexpr int kWarpsKV = Bc / 16;
+  static constexpr int Bc = C::Bc, Br = C::Br, WQ = C::WQ, Stages = C::Stages, MR = C::MR, MQ = C::MQ;
+  static constexpr int kRowsW = 16 * MR;  // KV rows per warp
+  static constexpr int kWarpsKV = Bc / kRowsW;
   static constexpr int kWarps = kWarpsKV * WQ;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kQCols = Br / WQ;  // S^T columns per warp
   static constexpr int kDCols = D / WQ;   // dK/dV columns per warp
-  static constexpr int kDqWarpsM = Br / 16;
+  static constexpr int kDqWarpsM = Br / (16 * MQ);
   static constexpr int kDqWarpsN = kWarps / kDqWarpsM;
   static constexpr int kDqCols = D / kDqWarpsN;  // dQ columns per warp
   // Byte offsets of the shared regions.

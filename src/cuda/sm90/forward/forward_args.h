@@ -38,23 +38,30 @@ struct FwdArgs {
     __device__ float at(int seq, int h_kv) const { return ptr == nullptr ? 1.0f : ptr[seq * batch + h_kv * head]; }
   };
   Descale q_descale, k_descale, v_descale;
-  // The persistent grid's work: m_blocks x heads x batch tiles of kBlockM query rows, taken
-  // by CTA i as tiles i, i + gridDim.x, ... (tile_coords in kernel.cuh gives the order).
+  // The grid's work: m_blocks x heads x batch tiles of kBlockM query rows; CTA i takes tile i
+  // first, then i + gridDim.x, ... or the counter's next (tile_coords in kernel.cuh gives the order).
   int m_blocks = 0;
+  int block_m = 0;  // query rows per tile (the instance's; host-side choice of the instance)
   int heads = 0;
   int batch = 0;
   // Ragged batches with device cu_seqlens: m_blocks counts virtual query blocks over all
   // sequences (math/ragged_tiles.h) and the tile space is m_blocks x heads (no batch factor).
   bool ragged_virtual = false;
-  std::int64_t total_q = 0;  // ragged: packed query rows (the launch's grid choice)
+  // Dynamic tile walk: a zeroed counter the CTAs take their next tiles from (after their first,
+  // blockIdx.x); nullptr: CTA x walks x, x + gridDim.x, ...
+  unsigned int* tile_counter = nullptr;
+  // Keys per sequence, on average (dense: seq_k; ragged: total_k / batch): the launch walks
+  // dynamically only where tiles are short (launch_template.cuh).
+  std::int64_t mean_keys = 0;
   // m_blocks x heads x batch (x heads when ragged_virtual), computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;
 };
 
-// One instance per (dtype, head dim, K tile width, mask kind), defined in instance_hdim*.cu;
-// a grid of min(tiles, num_sms) persistent CTAs.
-template <typename T, int kHeadDim, int kBlockN, bool kMasked>
+// One instance per (dtype, head dim, K tile width, mask kind, consumer warpgroups: 0 = the head
+// dim's default), defined in instance_hdim*.cu; a grid of min(tiles, num_sms) persistent CTAs
+// (launch_template.cuh says when one per tile).
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream);
 
 }  // namespace tessera::cuda::sm90

@@ -1,4 +1,5 @@
-// sm90 forward instances for head_dim 64 (f16, bf16; unmasked and masked).
+// sm90 forward instances for head_dim 64 (f16, bf16; unmasked and masked; masked also with two
+// consumer warpgroups).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -9,4 +10,7 @@ template void launch_forward<__half, 64, 128, false>(const FwdArgs&, int, void*)
 template void launch_forward<__nv_bfloat16, 64, 128, false>(const FwdArgs&, int, void*);
 template void launch_forward<__half, 64, 128, true>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 64, 128, true>(const FwdArgs&, int, void*);
+// Masked problems over short sequences: two consumer warpgroups (kTwoWarpgroupMaxKeysD64).
+template void launch_forward<__half, 64, 128, true, 2>(const FwdArgs&, int, void*);
+template void launch_forward<__nv_bfloat16, 64, 128, true, 2>(const FwdArgs&, int, void*);
 }  // namespace tessera::cuda::sm90

@@ -1,5 +1,6 @@
 // The sm90 forward kernel (FA3 structure): a CTA walks tiles of (query block, query head,
-// sequence) (persistent, one per SM, for unmasked dense problems; one tile each otherwise); a
+// sequence) (persistent, one per SM: a static walk for unmasked dense problems, a dynamic one
+// from a global counter for masked and ragged ones; one tile per CTA without the counter); a
 // producer warpgroup feeds Q and K/V tiles by TMA into a ring of shared-memory stages, and two
 // (three at head_dim 64) consumer warpgroups run S = Q K^T and O += P V on wgmma with the online
 // softmax in registers.
@@ -55,11 +56,36 @@ __device__ __forceinline__ void load_box(std::uint32_t dst, const CUtensorMap* m
   else tma_load_4d(dst, map, bar, col, row, head, seq);
 }
 
+// 32-bit shared-memory load and store (ld/st.shared.u32). Volatile asm: the value another
+// thread publishes is read after the mbarrier wait that orders it, not hoisted above it.
+__device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
+  std::uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_u32(std::uint32_t addr, std::uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // Releases a ring stage: every consumer warp arrives once (the empty barriers count warps),
 // after its own wgmma reading the stage has completed.
 __device__ __forceinline__ void release_stage(std::uint32_t bar, int lane) {
   __syncwarp();
   if (lane == 0) mbarrier_arrive(bar);
+}
+
+// Pins the softmax of a K/V tile above the wait for the previous tile's P V product. Without it
+// ptxas hoists that wgmma.wait_group 0 (WARPGROUP.DEPBAR) to the top of the softmax's basic
+// block, before the row max, so the warpgroup waited for its P V before any of its softmax ran
+// and the intra-warpgroup overlap described at the top of this file did not happen in SASS (seen
+// in every bf16 / fp16 / fp8 instance of main at c560264). A branch on the softmax's result ends the
+// block: the row sums are >= 0 (sums of exp2 values, the old sum times alpha in [0, 1]) or NaN,
+// so it is never taken, and its body (a nanosleep) would change no value if it were; the cost
+// is ~4 instructions per tile. The body must not leave the kernel: with __trap() ptxas saw an
+// exit while wgmmas were in flight and serialized every wgmma (C7512, 1.6 KB of spills at
+// d128 x 176).
+__device__ __forceinline__ void end_softmax_block(const math::OnlineSoftmaxRow (&rows)[2]) {
+  if (fminf(rows[0].l, rows[1].l) < 0.0f) asm volatile("nanosleep.u32 1;" ::: "memory");
 }
 
 // ---- FP8 pieces ----
@@ -210,11 +236,11 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 // T: __half, __nv_bfloat16, or __nv_fp8_e4m3 (FP8: inputs times per-(sequence, kv head)
 // descales, P scaled by 2^8 into e4m3 range and rounded, V transposed in shared memory by three
 // producer warps, bf16 output).
-template <typename T, int kHeadDim, int kBlockN, bool kMasked>
-__global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2>::kThreads, 1)
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0>
+__global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs>::kThreads, 1)
     forward_kernel(const __grid_constant__ FwdArgs a) {
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
-  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs>;
   using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -240,11 +266,27 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   auto v_empty = [&](int stage) { return bars + 8u * (QBar + 3 * S + stage); };
   auto vt_full = [&](int stage) { return bars + 8u * (QBar + 4 * S + stage); };
   auto vt_empty = [&](int stage) { return bars + 8u * (QBar + 5 * S + stage); };
+  // The tile ring: the producer thread publishes each tile index it takes (the next by a
+  // static stride, or from the launch's global counter) in slot r % 2; every consumer warp and
+  // transposing warp reads it and releases the slot. A tile index >= num_tiles ends the walk.
+  constexpr int kSlots = Tr::kTileSlots;
+  constexpr int kStageBars = (kFp8 ? 6 : 4) * S;
+  auto tile_full = [&](int slot) { return bars + 8u * (QBar + kStageBars + slot); };
+  auto tile_empty = [&](int slot) { return bars + 8u * (QBar + kStageBars + kSlots + slot); };
+  // (32-bit shared addresses: a generic pointer kept live through the loop cost spills.)
+  auto tile_slot = [&](int slot) { return base + Tr::kTileSlotOffset + 4u * static_cast<std::uint32_t>(slot); };
+  // Readers' side: waits for tile index r, reads it, gives the slot back (one arrival per warp).
+  auto read_tile = [&](int r, int lane) {
+    mbarrier_wait_parity(tile_full(r % kSlots), (r / kSlots) & 1);
+    const int tile = static_cast<int>(ld_shared_u32(tile_slot(r % kSlots)));
+    release_stage(tile_empty(r % kSlots), lane);
+    return tile;
+  };
   auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
   const int num_tiles = a.num_tiles;
   const bool ragged = a.cu_seqlens_q != nullptr;
-  // One tile per CTA (masked or ragged launches): the CTA of an empty tile (past its sequence)
-  // leaves before any setup; ragged tile spaces are mostly such tiles.
+  // One tile per CTA (masked or ragged launches without the tile counter): the CTA of an empty
+  // tile (past its sequence) leaves before any setup.
   if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked>(a, blockIdx.x).active) return;
 
   if (threadIdx.x == 0) {
@@ -263,16 +305,21 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         mbarrier_init(vt_empty(s), Tr::kConsumerWarps);
       }
     }
+    for (int slot = 0; slot < kSlots; ++slot) {
+      mbarrier_init(tile_full(slot), 1);
+      mbarrier_init(tile_empty(slot), Tr::kConsumerWarps + Tr::kTransposeWarps);
+    }
     fence_mbarrier_init();
   }
   __syncthreads();
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    // ---- producer: one thread issues every copy, running ahead of the consumers by up to
-    // kStages K/V tiles and into the next tile (its first K tile, then Q once the consumers
-    // have released that Q buffer: with two buffers, the one of the tile before this one,
-    // long done; with one, this one, after their epilogue has staged O in it) ----
+    // ---- producer: one thread takes the tiles, publishes each in the tile ring, and issues
+    // every copy, running ahead of the consumers by up to kStages K/V tiles and into the next
+    // tile (its first K tile, then Q once the consumers have released that Q buffer: with two
+    // buffers, the one of the tile before this one, long done; with one, this one, after their
+    // epilogue has staged O in it) ----
     setmaxnreg_dec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&a.map_q);
@@ -280,39 +327,54 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       prefetch_tensor_map(&a.map_v);
       int it = 0;       // K/V tiles loaded so far (ring position)
       int q_round = 0;  // Q tiles loaded so far
-      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-        const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);
-        if (!tc.active) continue;
-        const int h_kv = tc.head / a.group;
+      // The tile after `tile`: a static stride, or the next index of the launch's counter
+      // (dynamic: whichever CTA is free takes the next tile, in index order, as a grid of one
+      // CTA per tile would be scheduled, without a CTA launch per tile).
+      // 64-bit sums clamped to num_tiles: no int overflow near the end of a large tile space.
+      auto next_tile = [&](int tile) {
+        const long long next = a.tile_counter == nullptr
+                                   ? static_cast<long long>(tile) + gridDim.x
+                                   : static_cast<long long>(gridDim.x) + atomicAdd(a.tile_counter, 1u);
+        return static_cast<int>(next < num_tiles ? next : num_tiles);
+      };
+      // q_round (one Q load per tile) is also the tile ring's position.
+      for (int tile = blockIdx.x;;) {
+        TileCoords tc;
+        while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked>(a, tile)).active) tile = next_tile(tile);
+        mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);
+        st_shared_u32(tile_slot(q_round % kSlots), static_cast<std::uint32_t>(tile < num_tiles ? tile : num_tiles));
+        mbarrier_arrive(tile_full(q_round % kSlots));  // release: the readers see the slot's value
+        if (tile >= num_tiles) break;
+        // Only what the loads need stays live (the producer runs on kProducerRegs registers).
+        const int h_kv = tc.head / a.group, head = tc.head, seq = tc.seq, q_row = tc.q_row0 + tc.m0;
+        const int k_row = tc.k_row0 + tc.n_begin * BN, n_tiles = tc.n_tiles;
         auto load_q = [&] {
           const int qb = q_round % QB;
           mbarrier_wait_parity(q_empty(qb), ((q_round / QB) & 1) ^ 1);
           mbarrier_arrive_expect_tx(q_full(qb), Tr::kQBytes);
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sQ(qb) + p * Tr::kQPanelBytes, &a.map_q, q_full(qb), ragged, Tr::kPanelCols * p, tc.q_row0 + tc.m0,
-                     tc.head, tc.seq);
+            load_box(sQ(qb) + p * Tr::kQPanelBytes, &a.map_q, q_full(qb), ragged, Tr::kPanelCols * p, q_row, head, seq);
           ++q_round;
         };
-        if (tc.n_tiles == 0) load_q();
-        for (int i = 0; i < tc.n_tiles; ++i, ++it) {
+        if (n_tiles == 0) load_q();
+        for (int i = 0; i < n_tiles; ++i, ++it) {
           const int stage = it % S;
           const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
-          const int row = tc.k_row0 + (tc.n_begin + i) * BN;
+          const int row = k_row + i * BN;
           mbarrier_wait_parity(k_empty(stage), parity);
           mbarrier_arrive_expect_tx(k_full(stage), Tr::kKVTileBytes);
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, Tr::kPanelCols * p, row, h_kv,
-                     tc.seq);
+            load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, Tr::kPanelCols * p, row, h_kv, seq);
           if (i == 0) load_q();
           mbarrier_wait_parity(v_empty(stage), parity);
           mbarrier_arrive_expect_tx(v_full(stage), Tr::kKVTileBytes);
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sV(stage) + p * Tr::kKVPanelBytes, &a.map_v, v_full(stage), ragged, Tr::kPanelCols * p, row, h_kv,
-                     tc.seq);
+            load_box(sV(stage) + p * Tr::kKVPanelBytes, &a.map_v, v_full(stage), ragged, Tr::kPanelCols * p, row, h_kv, seq);
         }
+        tile = next_tile(tile);
       }
     }
     if constexpr (kFp8) {
@@ -320,9 +382,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       if (threadIdx.x >= 32) {
         const int lane = threadIdx.x % 32;
         int it = 0;
-        for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-          const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);
-          if (!tc.active) continue;
+        for (int r = 0;; ++r) {
+          const int tile = read_tile(r, lane);
+          if (tile >= num_tiles) break;
+          const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);  // active (the producer skips others)
           for (int i = 0; i < tc.n_tiles; ++i, ++it) {
             const int stage = it % S;
             const std::uint32_t parity = (it / S) & 1;
@@ -346,7 +409,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
 
   // ---- consumers: warpgroup c owns rows [64 c, 64 c + 64) of every tile ----
   setmaxnreg_inc<Tr::kConsumerRegs>();
-  const int c = warpgroup - 1;
+  // Broadcast from lane 0: the same value, but ptxas then knows it is warp-uniform and keeps the
+  // Q descriptors derived from it in uniform registers (d128 x 176: 40 fewer instructions between
+  // the turn barrier and the last wgmma of a tile).
+  const int c = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
   const int t = threadIdx.x - 128 * warpgroup;
   const int warp = t / 32, lane = t % 32;
   const int g = lane / 4, q = lane % 4;
@@ -368,9 +434,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
 
   int it = 0;       // K/V tiles consumed so far (ring position)
   int q_round = 0;  // Q tiles consumed so far
-  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);
-    if (!tc.active) continue;
+  for (;;) {  // q_round counts the tiles taken so far: the tile ring's position too
+    const int tile = read_tile(q_round, lane);
+    if (tile >= num_tiles) break;
+    const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);  // active (the producer skips others)
     const int qb = q_round % QB;  // this tile's Q buffer (and O staging buffer)
     unsigned char* q_ptr = base_ptr + Tr::kQOffset + qb * Tr::kQBytes;
     const int wg_row0 = tc.m0 + 64 * c;        // first row of the warpgroup (sequence-relative)
@@ -415,11 +482,12 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     // S = Q K^T over head_dim in 32-byte k steps (k16 for 16-bit types, k32 for e4m3): panel
     // ks / 4, 32 bytes per step inside a panel.
     auto issue_qk = [&](int stage) {
-      // The Q address is opaque to the compiler here, so the per-k-step descriptors are formed
-      // at each use instead of hoisted out of the K/V loop as 64-bit values (with a per-tile Q
-      // buffer, hoisting them cost the masked d64 instances a spill).
-      std::uint32_t q_addr = sQ(qb) + 64u * 128u * c;
-      asm volatile("" : "+r"(q_addr));
+      // c is warp-uniform to ptxas (see its definition), so the Q descriptors live in uniform
+      // registers like the K ones. (An earlier version hid q_addr behind an empty asm to keep
+      // 64-bit descriptors from being hoisted into vector registers, which spilled in the masked
+      // d64 instances; that also forced ~40 R2UR / MOV / IADD3 per tile between the turn and
+      // the last wgmma. With uniform descriptors no instance spills.)
+      const std::uint32_t q_addr = sQ(qb) + 64u * 128u * c;
       const std::uint64_t dq = make_smem_desc_sw128_kmajor(q_addr);
       const std::uint64_t dk = make_smem_desc_sw128_kmajor(sK(stage));
       wgmma_fence();
@@ -453,7 +521,9 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     };
     auto weights = [&](int i) {
       const int n0 = (tc.n_begin + i) * BN;
-      const bool masked = !(full.begin <= n0 && n0 + BN <= full.end);
+      // Unmasked instances: full = [0, k_len) and n0 >= 0, so only the tail tile (n0 + BN > k_len)
+      // needs the mask; the general test cost ~9 instructions per tile there.
+      const bool masked = kMasked ? !(full.begin <= n0 && n0 + BN <= full.end) : n0 + BN > tc.k_len;
       scores_to_weights<BN>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha, kLog2WeightScale);
     };
     auto pack = [&] {
@@ -481,17 +551,34 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         const int stage = it % S;
         mbarrier_wait_parity(k_full(stage), (it / S) & 1);
         mbarrier_wait_parity(pv_full(prev), ((it - 1) / S) & 1);
-        take_turn();
-        issue_qk(stage);
-        issue_pv(prev);
-        pass_turn();
-        wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
-        wgmma_fence_operand(s_flat);
-        release_stage(k_empty(stage), lane);
-        weights(i);
-        wgmma_wait<0>();
-        wgmma_fence_operand(o_flat);
-        release_stage(pv_empty(prev), lane);
+        if constexpr (Tr::kSerialGemms) {
+          // P_{i-1} V_{i-1} completes before S_i is issued: at most O + P or S are in flight at
+          // once, not O + P + S (see kSerialGemms).
+          take_turn();
+          issue_pv(prev);
+          wgmma_wait<0>();
+          wgmma_fence_operand(o_flat);
+          release_stage(pv_empty(prev), lane);
+          issue_qk(stage);
+          pass_turn();
+          wgmma_wait<0>();
+          wgmma_fence_operand(s_flat);
+          release_stage(k_empty(stage), lane);
+          weights(i);
+        } else {
+          take_turn();
+          issue_qk(stage);
+          issue_pv(prev);
+          pass_turn();
+          wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
+          wgmma_fence_operand(s_flat);
+          release_stage(k_empty(stage), lane);
+          weights(i);
+          end_softmax_block(rows);  // keeps the wait below after the softmax (see the function)
+          wgmma_wait<0>();
+          wgmma_fence_operand(o_flat);
+          release_stage(pv_empty(prev), lane);
+        }
         rescale_rows<D, false>(o, alpha);
         pack();
       }

@@ -1,6 +1,6 @@
 // Tile shapes and shared-memory layout of the sm90 forward (warp-specialised, TMA + wgmma).
 //
-// A CTA (persistent, one per SM, for unmasked dense problems; one per tile otherwise) has 1
+// A CTA (persistent, one per SM; see launch_template.cuh for its walk) has 1
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
 // with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64), each owning 64 query rows of
 // the 128-row (192-row) Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from
@@ -29,8 +29,17 @@ namespace tessera::cuda::sm90 {
 // Consumer warpgroups (64 query rows each) per head dim: three at head_dim 64 (192-row Q
 // tiles, as FlashAttention-3 does there: with two, ncu showed neither the tensor pipe nor the
 // exp2 unit above ~50 % busy, their phases not overlapping enough), two elsewhere.
+// Exception: masked head_dim 64 problems over short sequences take two (128-row tiles), see
+// short_masked_two_warpgroups.
 constexpr int consumer_warpgroups_for(int head_dim, bool fp8 = false) { return head_dim == 64 && !fp8 ? 3 : 2; }
 constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer_warpgroups_for(head_dim, fp8); }
+
+// Masked (causal, window) head_dim 64 problems whose sequences average at most this many keys
+// run on two consumer warpgroups (128-row Q tiles) instead of three: a 192-row tile computes
+// and discards more of the diagonal, and a short causal problem is mostly diagonal. Measured
+// on the H200 (bf16 causal, 16k tokens): two warpgroups 0.297 ms at 1k vs three 0.326-0.335;
+// at 4k three win (0.734 vs 0.777 ms), and at 16k (2.46 vs 2.73).
+constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
 
 // K tile width per head dim and mask: the instances that exist (launch.cu picks one). FP8
 // (1-byte elements) uses 128 keys: one 128-byte swizzled row of the transposed V tile.
@@ -39,13 +48,15 @@ constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false) {
   return head_dim == 64 ? 128 : head_dim == 128 ? (masked ? 128 : 176) : (masked ? 64 : 80);
 }
 
-template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2>
+// kWarpgroups_: consumer warpgroups; 0 takes consumer_warpgroups_for (the only other instance
+// is head_dim 64 masked with two, see kTwoWarpgroupMaxKeysD64).
+template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kElemBytes = kElemBytes_;  // 2: f16/bf16, 1: e4m3
   static constexpr bool kFp8 = kElemBytes == 1;
   static_assert((kHeadDim * kElemBytes) % 128 == 0, "head_dim is a whole number of 128-byte panels");
-  static constexpr int kConsumerWarpgroups = consumer_warpgroups_for(kHeadDim, kFp8);
+  static constexpr int kConsumerWarpgroups = kWarpgroups_ > 0 ? kWarpgroups_ : consumer_warpgroups_for(kHeadDim, kFp8);
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
@@ -63,6 +74,10 @@ struct FwdTraits {
       kFp8 ? (kHeadDim == 128 ? 224 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
   static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
+  // FP8 head_dim 256: O (128) + S (64) + P (16) registers in flight at once exceed what ptxas
+  // can keep for asynchronous wgmma at 232 registers (it serialized every wgmma: C7512), so
+  // that instance completes P V before it issues the next Q K^T.
+  static constexpr bool kSerialGemms = kFp8 && kHeadDim == 256;
 
   static constexpr int kPanels = kHeadDim * kElemBytes / 128;  // 128-byte column panels
   static constexpr int kPanelCols = 128 / kElemBytes;          // elements per panel row
@@ -72,8 +87,15 @@ struct FwdTraits {
   static constexpr int kKVTileBytes = kPanels * kKVPanelBytes;
   // FP8: V^T (head_dim rows of kBlockN keys), K-major for the P V product.
   static constexpr int kVtTileBytes = kFp8 ? kHeadDim * 128 : 0;
-  // K/V ring and barriers past the Q buffers (without them: the smem a second Q buffer must fit beside).
-  static constexpr int kRingBytes = 2 * kStages * kKVTileBytes + kStages * kVtTileBytes + 8 * (4 + (kFp8 ? 6 : 4) * kStages) + 1024;
+  // Barriers: Q full and Q empty per Q buffer, tile full and tile empty per slot of the tile
+  // ring, then K full / K empty / V full / V empty (/ Vt full / Vt empty for fp8), kStages each.
+  static constexpr int kTileSlots = 2;  // tile indices the producer publishes ahead
+  static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
+  // Past the Q buffers: the K/V (and V^T) ring, the barriers with two Q buffers' worth, the
+  // tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
+  // kernel rounds it up).
+  static constexpr int kRingBytes =
+      2 * kStages * kKVTileBytes + kStages * kVtTileBytes + 8 * (4 + kStageBarriers) + 4 * kTileSlots + 1024;
   // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
   // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
   // waits for the epilogue (the consumers stage O in the buffer Q was in).
@@ -83,12 +105,10 @@ struct FwdTraits {
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kVtOffset = kVOffset + kStages * kKVTileBytes;
   static constexpr int kBarrierOffset = kVtOffset + kStages * kVtTileBytes;
-  // Barriers: Q full and Q empty per Q buffer, then K full / K empty / V full / V empty (/ Vt
-  // full / Vt empty for fp8), kStages each.
   static constexpr int kQBarriers = 2 * kQBuffers;
-  static constexpr int kBarriers = kQBarriers + (kFp8 ? 6 : 4) * kStages;
-  // + 1024: the dynamic smem base is only 16-byte aligned; the kernel rounds it up.
-  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;
+  static constexpr int kBarriers = kQBarriers + kStageBarriers;
+  static constexpr int kTileSlotOffset = kBarrierOffset + 8 * kBarriers;
+  static constexpr int kSmemBytes = kTileSlotOffset + 4 * kTileSlots + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
   static_assert(kKOffset % 1024 == 0 && kKVTileBytes % 1024 == 0, "swizzled tiles are 1024-byte aligned");
 };

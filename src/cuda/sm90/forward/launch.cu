@@ -72,6 +72,9 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
 
 template <typename T, int D>
 void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+  if constexpr (D == 64) {
+    if (masked && a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
+  }
   if (masked) return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
   return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);
 }
@@ -141,7 +144,10 @@ bool run_forward(const AttentionParams& p) {
   const std::int64_t rows_k = ragged ? p.total_k : p.seq_k;
   const int seqs = ragged ? 1 : p.batch;
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
-  const std::uint32_t box_m = static_cast<std::uint32_t>(block_m_for(p.head_dim, fp8));  // 64 rows per consumer warpgroup
+  // 64 rows per consumer warpgroup; masked head_dim 64 over short sequences takes two.
+  const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
+  const bool two_wg_d64 = !fp8 && p.head_dim == 64 && masked && mean_keys <= kTwoWarpgroupMaxKeysD64;
+  const std::uint32_t box_m = two_wg_d64 ? 128u : static_cast<std::uint32_t>(block_m_for(p.head_dim, fp8));
   const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked, fp8));
   FwdArgs a;
   try {
@@ -185,16 +191,17 @@ bool run_forward(const AttentionParams& p) {
   long long tiles = m_blocks * p.heads_q * p.batch;
   const long long virtual_blocks = ragged ? math::ragged_virtual_blocks(p.total_q, p.batch, box_m) : 0;
   a.ragged_virtual = ragged && virtual_blocks * p.heads_q < tiles;
-  a.total_q = ragged ? p.total_q : 0;
   if (a.ragged_virtual) {
     m_blocks = virtual_blocks;
     tiles = virtual_blocks * p.heads_q;
   }
   if (tiles > 0x3fffffffLL) return false;  // (tile + grid stays an int: both are <= 2^30)
   a.m_blocks = static_cast<int>(m_blocks);
+  a.block_m = static_cast<int>(box_m);
   a.heads = p.heads_q;
   a.batch = p.batch;
   a.num_tiles = static_cast<int>(tiles);
+  a.mean_keys = mean_keys;
 
   DeviceScope scope(p.device.index);
   int num_sms = 0;

@@ -1,4 +1,4 @@
-// launch_forward<T, kHeadDim, kBlockN, kMasked>: the host side of one sm90 instance (included by instance_hdim*.cu).
+// launch_forward<T, kHeadDim, kBlockN, kMasked, kConsumerWGs>: the host side of one sm90 instance (included by instance_hdim*.cu).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -7,37 +7,69 @@
 #include <type_traits>
 
 #include "cuda/common/check.h"
+#include "cuda/common/scratch_pool.h"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/kernel.cuh"
 
 namespace tessera::cuda::sm90 {
 
-template <typename T, int kHeadDim, int kBlockN, bool kMasked>
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
-  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs>;
   const long long tiles = args.num_tiles;
   if (tiles == 0) return;
-  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked>;
+  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   // Unmasked dense tiles all cost the same: persistent CTAs, one per SM (shared memory allows
-  // no more), each walking its tiles, so a tile's epilogue and the next one's loads overlap.
-  // Masked (causal, window) tiles differ by up to the sequence length: one CTA per tile, so
-  // that the hardware hands the next tile to whichever SM frees first (a static walk measured
-  // 1.36x slower at 16k causal: its heaviest CTA carried 1.57x the mean). Ragged batches sized
-  // by a bound on the longest sequence too: most of their tiles are empty, and a static walk
-  // would leave the real ones to a few CTAs. Unmasked ragged batches on the virtual block grid
-  // (math/ragged_tiles.h: at most one empty block per sequence) of short sequences (on average
-  // at most two Q tiles) walk persistently: their tiles are small and alike, and a CTA per
-  // tile pays its launch, setup and Q load each time (measured: 16k tokens as 128 sequences
-  // -13 %); with longer sequences tiles differ by up to the longest sequence and the static
-  // walk lost (16 sequences of 512-1536 tokens: +13 %; docs/perf/forward_sm90.md).
+  // no more), CTA x walking tiles x, x + grid, ..., so a tile's epilogue and the next one's
+  // loads overlap. Masked (causal, window) tiles differ by up to the sequence length, and
+  // ragged ones by their sequences' lengths: a static walk measured 1.36x slower at 16k causal
+  // (its heaviest CTA carried 1.57x the mean) and 1.13x slower on 16 ragged sequences. Those
+  // walk dynamically: persistent CTAs take their next tile from a counter in index order (the
+  // longest query block of a head first), as a grid of one CTA per tile would be scheduled but
+  // without a CTA launch, setup and exposed Q load per tile. Only where sequences are short
+  // (at most kDynamicMaxKeys keys on average): measured against one CTA per tile, causal d128
+  // 1k -4 %, d64 1k -11 %, 128 ragged sequences -6 %, but causal 16k +3.7 % (not understood;
+  // docs/perf/forward_sm90.md), so long sequences keep one CTA per tile. The counter is a 4-byte
+  // stream-ordered allocation from tessera's scratch pool (which, unlike the default pool, keeps
+  // its memory across synchronizations), zeroed before the launch (graph-capturable); if it
+  // cannot be had, one CTA per tile.
   const bool ragged = args.cu_seqlens_q != nullptr;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const long long persistent = tiles < num_sms ? tiles : num_sms;
-  const bool short_ragged = args.ragged_virtual && args.total_q <= 2LL * Tr::kBlockM * args.batch;
-  const bool tile_per_cta = kMasked || (ragged && !short_ragged);
-  const unsigned grid = static_cast<unsigned>(tile_per_cta ? tiles : persistent);
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(args);
-  TESSERA_CUDA_CHECK_LAUNCH();
+  FwdArgs run_args = args;
+  unsigned int* counter = nullptr;
+  long long grid = persistent;
+  constexpr long long kDynamicMaxKeys = 2048;
+  if (kMasked || ragged) {
+    grid = tiles;
+    if (tiles > num_sms && args.mean_keys <= kDynamicMaxKeys) {
+      int device = 0;
+      TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+      const cudaMemPool_t pool = scratch_pool(device);
+      const cudaError_t alloc = pool == nullptr ? cudaErrorNotSupported
+                                                : cudaMallocFromPoolAsync(reinterpret_cast<void**>(&counter), sizeof(unsigned int), pool, s);
+      if (alloc == cudaErrorMemoryAllocation || alloc == cudaErrorNotSupported) {
+        (void)cudaGetLastError();  // no memory or no stream-ordered allocator: one CTA per tile
+        counter = nullptr;
+      } else if (alloc != cudaSuccess) {
+        TESSERA_CUDA_CHECK(alloc);  // e.g. an invalidated stream capture: report, do not hide
+      } else if (const cudaError_t zeroed = cudaMemsetAsync(counter, 0, sizeof(unsigned int), s); zeroed != cudaSuccess) {
+        (void)cudaFreeAsync(counter, s);
+        TESSERA_CUDA_CHECK(zeroed);
+      } else {
+        run_args.tile_counter = counter;
+        grid = persistent;
+      }
+    }
+  }
+  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
+  const cudaError_t launched = cudaGetLastError();
+  if (counter != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(counter, s);
+    if (launched == cudaSuccess) TESSERA_CUDA_CHECK(freed);  // else the launch's error is the one to report
+  }
+  TESSERA_CUDA_CHECK(launched);
 }
 
 }  // namespace tessera::cuda::sm90

@@ -1,0 +1,29 @@
+// The sm90 (Hopper, wgmma) backward main kernel, stage 2 of docs/perf/backward_sm90_plan.md:
+// what the host side needs, free of CUDA headers. Built only for sm_90a (src/cuda/sm90/ is
+// its own CMake object library); callers test TESSERA_HAS_SM90_KERNELS.
+//
+// Only the main kernel is new: the sm80 backward's host code (sm80/backward/backward_entry.cu)
+// keeps its checks, grid and GQA split, workspace and pre/post kernels, and calls
+// launch_backward_main here instead of the sm80 main kernel when backward_applicable says so.
+#pragma once
+
+#include <string>
+
+#include "cuda/sm80/backward/backward.h"
+#include "params/attention_params.h"
+
+namespace tessera::cuda::sm90 {
+
+// True when the sm90 main kernel runs `p`: the environment variable TESSERA_CUDA_BACKWARD is
+// "sm90" (opt-in until this kernel beats the sm80 one), compute capability 9.0, f16 or bf16,
+// head_dim 128, and enough opt-in shared memory. Everything the sm80 backward supports at
+// head_dim 128 is then taken (causal, windows, softcap, GQA with split groups, ragged,
+// deterministic). `why` (optional) says what excluded it.
+bool backward_applicable(const BackwardParams& p, std::string* why = nullptr);
+
+// Launches the sm90 main kernel on `stream` for the dtype and head dim of `p` (which
+// backward_applicable accepted), with the arguments and workspace the sm80 host code built.
+// Throws Error(backend_failure) on a CUDA error.
+void launch_backward_main(const BackwardParams& p, const sm80::BwdArgs& args, void* stream);
+
+}  // namespace tessera::cuda::sm90

@@ -1,0 +1,453 @@
+// The sm90 backward main kernel, stage 2 of docs/perf/backward_sm90_plan.md: the sm80
+// backward's algorithm (sm80/backward/kernel.cuh) with every GEMM on wgmma. Simple on
+// purpose: no warp specialisation, no pingpong, cp.async tile loads (not TMA), and a
+// wgmma_wait<0> after every GEMM. See kernel_traits.cuh for tiles and the shared layout.
+//
+// CTA = (KV tile j of Bc = 128 rows, kv head x group split, batch); two warpgroups, warpgroup
+// c owning KV rows [64 c, 64 c + 64). Per query tile (Br = 64 rows) and query head:
+//   S^T  = K_c Q^T              wgmma SS, A = K (K-major), B = Q (K-major), 64 x 64 x 128
+//   P^T  = exp2(S^T * scale*log2e - lse2)   (masked -> 0; softcap as in sm80)
+//   dV  += P^T dO               wgmma RS, A = P^T packed from registers, B = dO (MN-major)
+//   dP^T = V_c dO^T             wgmma SS, as S^T
+//   dS^T = P^T (dP^T - D)  (* (1 - tanh^2) with softcap)
+//   dK  += dS^T Q               wgmma RS, B = Q (MN-major)
+//   dS^T -> shared memory as dS [Br][Bc] (stmatrix .trans), barrier of the CTA
+//   dQ_i += dS K_j              wgmma SS, A = dS (K-major), B = K (MN-major): warpgroup c
+//                               computes head-dim columns [64 c, 64 c + 64); fp32 RED adds
+//                               into the accumulator the sm80 postprocess scales and converts.
+// The elementwise steps are the sm80 kernel's, formula for formula (P is rounded to 16 bits
+// before dS uses it there too), so both paths agree to rounding of the GEMM order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/fast_math.cuh"
+#include "cuda/common/softmax_fragment.cuh"
+#include "cuda/common/types.cuh"
+#include "cuda/primitives/sm80/cp_async.cuh"
+#include "cuda/primitives/sm80/red.cuh"
+#include "cuda/primitives/sm90/fence.cuh"
+#include "cuda/primitives/sm90/mbarrier.cuh"
+#include "cuda/primitives/sm90/stmatrix.cuh"
+#include "cuda/primitives/sm90/wgmma.cuh"
+#include "cuda/sm80/backward/backward.h"
+#include "cuda/sm90/backward/kernel_traits.cuh"
+#include "math/mask.h"
+
+namespace tessera::cuda::sm90 {
+namespace bwd {
+
+// Byte offset of 16-byte chunk `ch` of row `r` in a tile of R rows stored as 128-byte-swizzled
+// panels of 8 chunks (kernel_traits.cuh).
+template <int R>
+__device__ __forceinline__ std::uint32_t sw128_offset(int r, int ch) {
+  return static_cast<std::uint32_t>((ch >> 3) * (R * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+}
+
+// Copies R rows of W elements (rows past `valid` zero-filled) into a 128-byte-swizzled tile.
+template <int R, int W, int kThreads, typename T>
+__device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, std::int64_t tile_off,
+                                          std::int64_t row_stride, int valid, int tid) {
+  constexpr int kChunks = W / 8;
+  constexpr int kTotal = R * kChunks;
+  static_assert(kTotal % kThreads == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+  for (int it = 0; it < kTotal / kThreads; ++it) {
+    const int c = tid + it * kThreads;
+    const int r = c / kChunks, ch = c % kChunks;
+    const bool ok = r < valid;
+    const T* src = ok ? base + tile_off + r * row_stride + ch * 8 : base;
+    sm80::cp_async_16_zfill(s_tile + sw128_offset<R>(r, ch), src, ok);
+  }
+}
+
+}  // namespace bwd
+
+template <typename T, int D>
+__global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(const sm80::BwdArgs p) {
+  using Tr = BwdTraits<D>;
+  constexpr int Bc = Tr::Bc, Br = Tr::Br, kThreads = Tr::kThreads;
+  constexpr bool kBf16 = Traits<T>::is_bf16;
+
+  extern __shared__ unsigned char smem_raw[];
+  // 1024-byte aligned base (128-byte swizzle atoms and wgmma descriptors need it).
+  const std::uint32_t raw_addr = smem_u32(smem_raw);
+  const std::uint32_t base = (raw_addr + 1023u) & ~1023u;
+  unsigned char* base_ptr = smem_raw + (base - raw_addr);
+  const std::uint32_t sK = base + Tr::kOffK, sV = base + Tr::kOffV;
+  const float* sLse = reinterpret_cast<const float*>(base_ptr + Tr::kOffLse);
+  const float* sDel = reinterpret_cast<const float*>(base_ptr + Tr::kOffDel);
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;                       // warpgroup: KV rows [64 wg, 64 wg + 64)
+  const int warp = (tid / 32) % 4, lane = tid % 32;  // warp within the warpgroup
+  const int g = lane / 4, q4 = lane % 4;
+
+  const int j_tile = blockIdx.x;
+  const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
+  const int b = blockIdx.z;
+
+  // ---- the sm80 kernel's sequence bounds and query-tile range, unchanged ----
+  int q_len = p.seq_q, k_len = p.seq_k;
+  std::int64_t q_row0 = 0, k_row0 = 0;
+  std::int64_t q_gr0 = static_cast<std::int64_t>(b) * p.seq_q, k_gr0 = static_cast<std::int64_t>(b) * p.seq_k;
+  if (p.cu_seqlens_q != nullptr) {
+    q_row0 = p.cu_seqlens_q[b];
+    q_len = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    k_row0 = p.cu_seqlens_k[b];
+    k_len = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    q_gr0 = q_row0;
+    k_gr0 = k_row0;
+  }
+  const int kv0 = j_tile * Bc;
+  if (kv0 >= k_len) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
+  const int kv1 = min(kv0 + Bc, k_len);
+
+  const math::MaskSpec mask = math::MaskSpec::make(q_len, k_len, p.causal, p.window_left, p.window_right);
+  const int n_qt = (q_len + Br - 1) / Br;
+  // Query tiles whose visible-key union meets [kv0, kv1) (the deterministic counters rely on
+  // exactly this predicate, as in the sm80 kernel).
+  auto tile_keys = [&](int it) {
+    const int r0 = it * Br;
+    return math::visible_keys_of_rows(mask, r0, min(r0 + Br, q_len));
+  };
+  int it0, it1;
+  {
+    int lo = 0, hi = n_qt;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (tile_keys(mid).end > kv0) hi = mid; else lo = mid + 1;
+    }
+    it0 = lo;
+    hi = n_qt;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (tile_keys(mid).begin >= kv1) hi = mid; else lo = mid + 1;
+    }
+    it1 = lo;
+  }
+  const int n_tiles = it1 - it0;
+  const int n_items = n_tiles > 0 ? n_tiles * p.heads_per_split : 0;
+  const int h0 = hkv * p.group + split * p.heads_per_split;
+
+  const T* qg_ptr = static_cast<const T*>(p.q);
+  const T* kg_ptr = static_cast<const T*>(p.k);
+  const T* vg_ptr = static_cast<const T*>(p.v);
+  const T* dog_ptr = static_cast<const T*>(p.dout);
+
+  // Issues the loads of work item `item` (query head, query tile) into stage `st`. Rows past
+  // the sequence are zero (Q, dO, LSE2, D): their P may be non-zero but every product they
+  // enter (dV via dO, dS via dP - D = 0, dK via Q) is zero, and their dQ rows are not written.
+  auto load_item = [&](int item, int st) {
+    const int h = h0 + item / n_tiles;
+    const int q0 = (it0 + item % n_tiles) * Br;
+    const int valid = q_len - q0;
+    const std::int64_t qoff = b * p.q_batch + (q_row0 + q0) * p.q_row + h * p.q_head;
+    const std::int64_t dooff = b * p.do_batch + (q_row0 + q0) * p.do_row + h * p.do_head;
+    bwd::load_tile<Br, D, kThreads>(base + Tr::kOffQ + st * Tr::kStageBytes, qg_ptr, qoff, p.q_row, valid, tid);
+    bwd::load_tile<Br, D, kThreads>(base + Tr::kOffDO + st * Tr::kStageBytes, dog_ptr, dooff, p.do_row, valid, tid);
+    if (tid < 2 * Br) {
+      const int r = tid % Br;
+      const bool ok = r < valid;
+      const std::int64_t idx = static_cast<std::int64_t>(h) * p.total_q + q_gr0 + q0 + r;
+      const float* src = tid < Br ? p.lse2 : p.dsum;
+      const std::uint32_t dst = base + (tid < Br ? Tr::kOffLse : Tr::kOffDel) + (st * Br + r) * 4;
+      sm80::cp_async_4_zfill(dst, ok ? src + idx : src, ok);
+    }
+  };
+
+  float dv[D / 8][4], dk[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv[n][e] = dk[n][e] = 0.0f;
+  auto& dv_flat = reinterpret_cast<float(&)[D / 2]>(dv);
+  auto& dk_flat = reinterpret_cast<float(&)[D / 2]>(dk);
+
+  const int kv_row_wg = 64 * wg;                // this warpgroup's first KV row in the tile
+  const int kv_row_t = kv_row_wg + 16 * warp + g;  // this thread's KV rows: kv_row_t, + 8
+  const bool softcap_on = p.softcap > 0.0f;
+
+  if (n_items > 0) {
+    const std::int64_t koff = b * p.k_batch + (k_row0 + kv0) * p.k_row + hkv * p.k_head;
+    const std::int64_t voff = b * p.v_batch + (k_row0 + kv0) * p.v_row + hkv * p.v_head;
+    bwd::load_tile<Bc, D, kThreads>(sK, kg_ptr, koff, p.k_row, kv1 - kv0, tid);
+    bwd::load_tile<Bc, D, kThreads>(sV, vg_ptr, voff, p.v_row, kv1 - kv0, tid);
+    load_item(0, 0);
+    sm80::cp_async_commit();
+    if (n_items > 1) {
+      load_item(1, 1);
+      sm80::cp_async_commit();
+    }
+  }
+
+  for (int item = 0; item < n_items; ++item) {
+    const int st = item & 1;
+    const int h = h0 + item / n_tiles;
+    const int it = it0 + item % n_tiles;
+    const int q0 = it * Br;
+    if (item == 0) {
+      // Step i + 1's tiles are waited for and published by barrier B(i) below; only step 0
+      // needs a barrier here. wgmma reads the cp.async bytes through the async proxy: each
+      // thread fences its own copies before the barrier.
+      if (n_items > 1) sm80::cp_async_wait<1>(); else sm80::cp_async_wait<0>();
+      fence_proxy_async_shared_cta();
+      __syncthreads();
+    }
+    const std::uint32_t sQ = base + Tr::kOffQ + st * Tr::kStageBytes;
+    const std::uint32_t sDO = base + Tr::kOffDO + st * Tr::kStageBytes;
+    const std::uint32_t sDS = base + Tr::kOffDS + st * Tr::kStageBytes;
+    const float* lse_t = sLse + st * Br;
+    const float* del_t = sDel + st * Br;
+    // Element masking only where the tile is not wholly visible or hangs over k_len.
+    const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
+
+    // X^T = M_c Y^T over head_dim for M = K (S^T) or V (dP^T), Y = Q or dO: both K-major,
+    // k16 step ks in panel ks / 4 at byte 32 (ks % 4) of the swizzled rows.
+    // The addresses are made opaque to the compiler (empty asm) so that it forms each k-step's
+    // descriptor at its use instead of hoisting the loop-invariant ones (K, V: 8 x 64 bits
+    // each) out of the query-tile loop into registers (the sm90 forward does the same).
+    auto gemm_kmajor = [&](float (&acc)[Br / 2], std::uint32_t sM, std::uint32_t sY) {
+      std::uint32_t m_addr = sM + kv_row_wg * 128, y_addr = sY;
+      asm volatile("" : "+r"(m_addr), "+r"(y_addr));
+      const std::uint64_t da = make_smem_desc_sw128_kmajor(m_addr);
+      const std::uint64_t db = make_smem_desc_sw128_kmajor(y_addr);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const std::uint32_t off = 32u * (ks % 4);
+        wgmma_ss<Br, kBf16>(acc, smem_desc_advance(da, (ks / 4) * Tr::kKVPanelBytes + off),
+                            smem_desc_advance(db, (ks / 4) * Tr::kQPanelBytes + off), ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
+    };
+    // acc (64 KV rows x D) += A Y over the Br query rows, A from registers, Y = dO or Q read
+    // MN-major (K = query rows, 16 rows = 2048 bytes per k16 step; N = head_dim over panels).
+    auto gemm_rs = [&](float (&acc)[D / 2], std::uint32_t (&a)[Br / 16][4], std::uint32_t sY) {
+      std::uint32_t y_addr = sY;
+      asm volatile("" : "+r"(y_addr));
+      const std::uint64_t db = make_smem_desc_sw128_mnmajor(y_addr, Tr::kQPanelBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int t = 0; t < Br / 16; ++t) wgmma_rs<D, kBf16, true>(acc, a[t], smem_desc_advance(db, 2048u * t), true);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
+      wgmma_fence_operand(a);  // a stays untouched until the wgmma that reads it has completed
+    };
+
+    // ---- S^T and P^T (in place, fp32) ----
+    float s[Br / 8][4];
+    gemm_kmajor(reinterpret_cast<float(&)[Br / 2]>(s), sK, sQ);
+    // The sm80 kernel's two copies of the elementwise step: straight-line for tiles wholly
+    // visible without softcap, per-element tests otherwise; the same expression per element.
+    auto p_step = [&](auto general_tag) {
+      constexpr bool kGeneral = decltype(general_tag)::value;
+#pragma unroll
+      for (int n = 0; n < Br / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = n * 8 + 2 * q4 + e;
+          const float lse2 = lse_t[col];
+          bool vis0 = true, vis1 = true;
+          if (kGeneral && need_mask) {
+            const math::KeyRange kr = math::visible_keys(mask, q0 + col);
+            const int j0 = kv0 + kv_row_t, j1 = j0 + 8;
+            vis0 = j0 >= kr.begin && j0 < kr.end;
+            vis1 = j1 >= kr.begin && j1 < kr.end;
+          }
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const float x = s[n][2 * hr + e];
+            if constexpr (kGeneral) {
+              const float cap_log2 = p.softcap * 1.4426950408889634f;
+              const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
+              const float v = softcap_on ? cap_log2 * tanhf(x * scale_over_cap) : x * p.scale_log2;
+              s[n][2 * hr + e] = (hr == 0 ? vis0 : vis1) ? fast_exp2(v - lse2) : 0.0f;
+            } else {
+              s[n][2 * hr + e] = fast_exp2(x * p.scale_log2 - lse2);
+            }
+          }
+        }
+      }
+    };
+    if (need_mask || softcap_on) p_step(std::true_type{}); else p_step(std::false_type{});
+
+    // ---- dV += P^T dO (P^T rounded to 16 bits: the A fragments as the forward packs P, kept
+    // for the dS step) ----
+    std::uint32_t pa[Br / 16][4];
+    pack_weights<T, Br>(s, pa);
+    gemm_rs(dv_flat, pa, sDO);
+
+    // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
+    float dp[Br / 8][4];
+    gemm_kmajor(reinterpret_cast<float(&)[Br / 2]>(dp), sV, sDO);
+    auto ds_step = [&](auto cap_tag) {
+      constexpr bool kCap = decltype(cap_tag)::value;
+#pragma unroll
+      for (int n = 0; n < Br / 8; ++n) {
+        // This thread's own P^T values of n-tile n, from the packed A fragments (as the sm80
+        // kernel reads back its 16-bit P^T).
+        const int t = n / 2, hi = (n % 2) * 2;
+        const float2 pf[2] = {Traits<T>::unpack2(pa[t][hi]), Traits<T>::unpack2(pa[t][hi + 1])};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = n * 8 + 2 * q4 + e;
+          const float del = del_t[col];
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const float pv = e == 0 ? pf[hr].x : pf[hr].y;
+            float ds = pv * (dp[n][2 * hr + e] - del);
+            if (kCap && pv > 0.0f) {
+              // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
+              const float log2_to_t = 0.6931471805599453f / p.softcap;
+              const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
+              ds *= 1.0f - tt * tt;
+            }
+            dp[n][2 * hr + e] = ds;
+          }
+        }
+      }
+    };
+    if (softcap_on) ds_step(std::true_type{}); else ds_step(std::false_type{});
+
+    // ---- dK += dS^T Q ----
+    std::uint32_t da[Br / 16][4];
+    pack_weights<T, Br>(dp, da);  // dS^T as A fragments, packed as P^T is
+    gemm_rs(dk_flat, da, sQ);
+
+    // ---- dS^T -> dS [Br query rows][Bc keys] for the dQ GEMM (K-major A, keys = K) ----
+    // Matrix i of stmatrix x4 at k-step t is da[t][i]: keys 16 warp + 8 (i & 1) + 0..7 (its
+    // rows) x queries 16 t + 8 (i >> 1) + 0..7 (its columns). .trans stores it as 8 query rows
+    // of 8 keys, one 16-byte chunk each: chunk 2 warp + (i & 1) of panel wg (the warpgroup's
+    // 64 keys); lane 8 i + r gives the address of query row 16 t + 8 (i >> 1) + r.
+    {
+      const int mi = lane >> 3, r = lane & 7;
+      const int chunk = 2 * warp + (mi & 1);
+      const std::uint32_t lane_addr = sDS + wg * Tr::kDSPanelBytes + (8 * (mi >> 1) + r) * 128 + ((chunk ^ r) << 4);
+#pragma unroll
+      for (int t = 0; t < Br / 16; ++t)  // + 16 rows keeps (row & 7) and so the swizzle
+        stmatrix_x4_trans(lane_addr + t * 16 * 128, da[t][0], da[t][1], da[t][2], da[t][3]);
+    }
+
+    if (item + 1 < n_items) sm80::cp_async_wait<0>();  // step i+1's tiles (own copies)
+    // Barrier B(i): dS complete; every warpgroup is done with this stage's Q/dO/LSE/D (its
+    // GEMMs have completed); it also publishes step i+1's tiles. The fence first: dS (stmatrix)
+    // and the cp.async bytes are generic-proxy writes that wgmma reads through the async proxy.
+    // The dS buffer read below is next written by step i+2, after B(i+1), which no thread
+    // passes before its dQ GEMM of this step has completed.
+    fence_proxy_async_shared_cta();
+    __syncthreads();
+    if (item + 2 < n_items) {
+      load_item(item + 2, st);  // into the stage this step has finished with
+      sm80::cp_async_commit();
+    }
+
+    // ---- dQ_i += dS K_j: warpgroup wg computes head-dim columns [64 wg, 64 wg + 64) ----
+    {
+      float dq[8][4];
+      auto& dq_flat = reinterpret_cast<float(&)[32]>(dq);
+      // A = dS (K-major over keys: panel ks / 4, 32 bytes per k16 step); B = K (keys x
+      // head_dim, MN-major: the warpgroup's 64 columns are panel wg, 16 key rows = 2048 bytes
+      // per k16 step).
+      std::uint32_t ds_addr = sDS, k_addr = sK + wg * Tr::kKVPanelBytes;
+      asm volatile("" : "+r"(ds_addr), "+r"(k_addr));  // descriptors formed at their use (see gemm_kmajor)
+      const std::uint64_t dsa = make_smem_desc_sw128_kmajor(ds_addr);
+      const std::uint64_t kb = make_smem_desc_sw128_mnmajor(k_addr, Tr::kKVPanelBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < Bc / 16; ++ks)
+        wgmma_ss<64, kBf16, true>(dq_flat, smem_desc_advance(dsa, (ks / 4) * Tr::kDSPanelBytes + 32u * (ks % 4)),
+                                  smem_desc_advance(kb, 2048u * ks), ks > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(dq_flat);
+
+      int* lock = nullptr;
+      if (p.locks != nullptr) {
+        // Deterministic: add after exactly the KV tiles below this one that see tile `it`.
+        lock = p.locks + static_cast<std::int64_t>(h) * p.lock_stride + q_gr0 / Br + b + it;
+        const int expected = j_tile - tile_keys(it).begin / Bc;
+        if (tid == 0) {
+          int seen;
+          while (true) {
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(lock) : "memory");
+            if (seen == expected) break;
+            __nanosleep(32);
+          }
+        }
+        __syncthreads();
+      }
+      // Accumulator rows: query 16 warp + g (+ 8); columns 64 wg + 8 n + 2 q4 (+ 1).
+      float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h) * p.total_q + q_gr0 + q0) * D;
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * warp + g + 8 * hr;
+        if (q0 + r < q_len) {
+          float* row = acc_base + static_cast<std::int64_t>(r) * D + 64 * wg + 2 * q4;
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            if (lock != nullptr)  // as the sm80 kernel: returning atomics under the counter
+              atomicAdd(reinterpret_cast<float2*>(row + n * 8), make_float2(dq[n][2 * hr], dq[n][2 * hr + 1]));
+            else
+              sm80::red_add_f32x2(row + n * 8, dq[n][2 * hr], dq[n][2 * hr + 1]);
+          }
+        }
+      }
+      if (lock != nullptr) {
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock), "r"(1) : "memory");
+      }
+    }
+  }
+
+  // ---- epilogue: dK (times scale) and dV, rows < k_len (the sm80 kernel's) ----
+  // The sequence's first key row is read again rather than kept live through the loop (as a
+  // 64-bit value it cost the bf16 instance a spill).
+  if (p.cu_seqlens_k != nullptr) {
+    k_row0 = k_gr0 = p.cu_seqlens_k[b];
+  } else {
+    k_row0 = 0;
+    k_gr0 = static_cast<std::int64_t>(b) * p.seq_k;
+  }
+  const int jr = kv0 + kv_row_t;
+  if (p.n_splits == 1) {
+    T* dk_out = static_cast<T*>(p.dk);
+    T* dv_out = static_cast<T*>(p.dv);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int j = jr + 8 * hr;
+      if (j < k_len) {
+        const std::int64_t ko = b * p.dk_batch + (k_row0 + j) * p.dk_row + hkv * p.dk_head + 2 * q4;
+        const std::int64_t vo = b * p.dv_batch + (k_row0 + j) * p.dv_row + hkv * p.dv_head + 2 * q4;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          *reinterpret_cast<std::uint32_t*>(dk_out + ko + n * 8) =
+              Traits<T>::pack2(dk[n][2 * hr] * p.scale, dk[n][2 * hr + 1] * p.scale);
+          *reinterpret_cast<std::uint32_t*>(dv_out + vo + n * 8) = Traits<T>::pack2(dv[n][2 * hr], dv[n][2 * hr + 1]);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int j = jr + 8 * hr;
+      if (j < k_len) {
+        const std::int64_t o = ((static_cast<std::int64_t>(split) * p.total_k + k_gr0 + j) * p.heads_kv + hkv) * D + 2 * q4;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          *reinterpret_cast<float2*>(p.dk_part + o + n * 8) = make_float2(dk[n][2 * hr] * p.scale, dk[n][2 * hr + 1] * p.scale);
+          *reinterpret_cast<float2*>(p.dv_part + o + n * 8) = make_float2(dv[n][2 * hr], dv[n][2 * hr + 1]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tessera::cuda::sm90
