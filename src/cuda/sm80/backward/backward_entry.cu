@@ -289,9 +289,9 @@ void attention_backward(const BackwardParams& p) {
 
   int sms = 1;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device.index));
-  // On compute capability 9.0 the sm90 main kernel takes the cases it supports when
-  // TESSERA_CUDA_BACKWARD=sm90 is set (opt-in while it is measured against this one); the
-  // grid, split, workspace and pre/post kernels below are the same for both.
+  // On compute capability 9.0 the sm90 main kernel takes the cases it supports (unless
+  // TESSERA_CUDA_BACKWARD=portable); the grid, split, workspace and pre/post kernels below are
+  // the same for both.
 #if defined(TESSERA_HAS_SM90_KERNELS)
   const bool use_sm90 = sm90::backward_applicable(p);
 #else

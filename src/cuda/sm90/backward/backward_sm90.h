@@ -14,11 +14,11 @@
 
 namespace tessera::cuda::sm90 {
 
-// True when the sm90 main kernel runs `p`: the environment variable TESSERA_CUDA_BACKWARD is
-// "sm90" (opt-in until this kernel beats the sm80 one), compute capability 9.0, f16 or bf16,
+// True when the sm90 main kernel runs `p`: compute capability 9.0, f16 or bf16,
 // head_dim 128, and enough opt-in shared memory. Everything the sm80 backward supports at
 // head_dim 128 is then taken (causal, windows, softcap, GQA with split groups, ragged,
-// deterministic). `why` (optional) says what excluded it.
+// deterministic). The environment variable TESSERA_CUDA_BACKWARD=portable keeps the sm80 kernel
+// (CTest runs the backward suite both ways). `why` (optional) says what excluded it.
 bool backward_applicable(const BackwardParams& p, std::string* why = nullptr);
 
 // Launches the sm90 main kernel on `stream` for the dtype and head dim of `p` (which

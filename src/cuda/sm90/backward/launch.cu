@@ -1,5 +1,5 @@
-// Host entry of the sm90 backward main kernel: applicability (the TESSERA_CUDA_BACKWARD=sm90
-// opt-in, device, dtype, head dim) and the (dtype, head dim) instance.
+// Host entry of the sm90 backward main kernel: applicability (TESSERA_CUDA_BACKWARD=portable
+// opts out; device, dtype, head dim) and the (dtype, head dim) instance.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -35,8 +35,8 @@ bool fail(std::string* why, const std::string& what) {
 
 bool backward_applicable(const BackwardParams& p, std::string* why) {
   const char* path = std::getenv("TESSERA_CUDA_BACKWARD");
-  if (path == nullptr || std::strcmp(path, "sm90") != 0)
-    return fail(why, "TESSERA_CUDA_BACKWARD is not sm90 (the sm90 backward is opt-in while it is being measured)");
+  if (path != nullptr && std::strcmp(path, "portable") == 0)
+    return fail(why, "TESSERA_CUDA_BACKWARD=portable selects the sm80 main kernel");
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) return fail(why, "dtype: f16 or bf16 only");
   if (p.head_dim != 128) return fail(why, "head_dim: 128 only (stage 2)");
   int major = 0, minor = 0, optin = 0;
