@@ -183,8 +183,11 @@ void batch_attention_run(const BatchRunParams& p) {
   a.heads_q = p.heads_q;
   a.heads_kv = p.heads_kv;
   a.group = p.heads_q / p.heads_kv;
+  // Units of the prefill shape's vectors (plan::packed_q_rows: 128 at head_dim <= 128, 64 at
+  // 256, as Traits<D, 1>::kRows); > 1 per item only when the group alone exceeds one unit.
   const long long vectors = static_cast<long long>(p.layout.q_tile_rows) * a.group;
-  a.row_blocks = static_cast<int>((vectors + 63) / 64);
+  const int unit_rows = plan::packed_q_rows(p.head_dim);
+  a.row_blocks = static_cast<int>((vectors + unit_rows - 1) / unit_rows);
   a.scale = p.mask.scale;
   a.scale_log2 = p.mask.scale * math::kLog2e;
   a.softcap = p.mask.softcap;
