@@ -47,6 +47,24 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// A special register read where it is used (volatile: not hoisted to the kernel's start and
+// kept live across units; at the register cap ptxas spilled such values).
+__device__ __forceinline__ int sreg_ctaid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int sreg_nctaid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int sreg_tid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return v;
+}
+
 // Shape of unit u (item u / row_blocks, vector block u % row_blocks, blocks of kUnitRows =
 // the prefill shape's vectors): decode-shaped items (<= kDecodeMaxRows packed vectors, one
 // unit) run on the KG = 4 path, all others on KG = 1; blocks past an item's vectors
@@ -285,14 +303,23 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   auto fetch_page = [&](int j) { return j < kv_end ? __ldg(pages + j / page_size) : 0; };
 
   // Prologue 1: page lookups of tiles 0 .. S-1 (one per token), Q (cp.async, own group).
-  for (int idx = tid; idx < S * BN; idx += Tr::kThreads) {
+  // Loops with compile-time trip counts, not unrolled: no per-thread trip counts hoisted to
+  // the kernel's start (at the register cap of the two-block d64 kernel ptxas spilled them
+  // on sm_80), and no burst of addresses (unrolled, it spilled more).
+#pragma unroll 1
+  for (int pass = 0; pass < (S * BN + Tr::kThreads - 1) / Tr::kThreads; ++pass) {
+    const int idx = tid + pass * Tr::kThreads;
+    if ((S * BN) % Tr::kThreads != 0 && idx >= S * BN) break;
     const int tile = idx / BN, t = idx % BN;
     const int j = kv_begin + tile * BN + t;
     store_offsets(tile, t, j, fetch_page(j));
   }
   {
     const T* qp = static_cast<const T*>(a.q);
-    for (int idx = tid; idx < Tr::kRows * C; idx += Tr::kThreads) {
+    static_assert((Tr::kRows * C) % Tr::kThreads == 0, "Q chunks split evenly");
+#pragma unroll 1
+    for (int pass = 0; pass < Tr::kRows * C / Tr::kThreads; ++pass) {
+      const int idx = tid + pass * Tr::kThreads;
       const int r = idx / C, c = idx % C;
       const int n = row0 + r;
       const bool valid = r < n_rows;
@@ -538,21 +565,21 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
 #endif
   // The unit list sits past the data of both layouts (each path uses [0, its kOffUnits)).
   int* units = reinterpret_cast<int*>(smem_raw + units_offset<kHeadDim, kKind>());
-  const int x = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
   constexpr int kListEnd = -0x7fffffff - 1;  // list entry past the CTA's last unit
-  // Backward walkers: (x odd) != (x in the upper half) gives the two CTAs of an SM opposite
-  // directions when blocks are placed one per SM in index order (x, x + grid/2 together) or in
-  // consecutive pairs (2s, 2s + 1); on the H200, placement by TPC pairs, it did so on 116 of
-  // 132 SMs, and a per-SM arrival counter (%smid, all 132) measured the same time.
-  const bool backward = kKind == kFused && ((x & 1) != 0) != (x >= grid / 2);
   for (int k0 = 0;; k0 += kThreads) {
-    // The unit count, re-read each round (an L1/L2 hit) rather than kept in registers while
-    // the units run (at 255 registers ptxas spilled it). The host keeps max_items x
-    // row_blocks below 2^30, so unit indices are 32-bit.
+    // The unit count, re-read each round (an L1/L2 hit), and the CTA's index and the grid:
+    // not kept in registers while the units run (at the register cap ptxas spilled them).
+    // The host keeps max_items x row_blocks below 2^30, so unit indices are 32-bit.
+    const int x = sreg_ctaid_x(), grid = sreg_nctaid_x(), tid = sreg_tid_x();
+    // Backward walkers: (x odd) != (x in the upper half) gives the two CTAs of an SM opposite
+    // directions when blocks are placed one per SM in index order (x, x + grid/2 together) or in
+    // consecutive pairs (2s, 2s + 1); on the H200, placement by TPC pairs, it did so on 116 of
+    // 132 SMs, and a per-SM arrival counter (%smid, all 132) measured the same time.
+    const bool backward = kKind == kFused && ((x & 1) != 0) != (x >= grid / 2);
     const int num_units = a.header->num_items * a.row_blocks;
     const int owned = x < num_units ? (num_units - 1 - x) / grid + 1 : 0;
     if (k0 >= owned) break;
-    const int k = k0 + static_cast<int>(threadIdx.x);
+    const int k = k0 + tid;
     int mine = k < owned ? -1 : kListEnd;
     if (k < owned) {
       const int u = x + (backward ? owned - 1 - k : k) * grid;
@@ -560,7 +587,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
       if (kind == UnitKind::decode && kKind != kPrefillOnly) mine = u;
       if (kind == UnitKind::prefill && kKind != kDecodeOnly) mine = u | (1 << 30);  // tag: prefill path
     }
-    units[threadIdx.x] = mine;
+    units[tid] = mine;
     __syncthreads();
     for (int t = 0; t < kThreads; ++t) {
       const int tagged = units[t];  // uniform: every thread reads the same entry
