@@ -225,18 +225,23 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     // The addresses are made opaque to the compiler (empty asm) so that it forms each k-step's
     // descriptor at its use instead of hoisting the loop-invariant ones (K, V: 8 x 64 bits
     // each) out of the query-tile loop into registers (the sm90 forward does the same).
-    auto gemm_kmajor = [&](float (&acc)[kSN / 2], std::uint32_t sM, std::uint32_t sY) {
+    // issue_* only issue a GEMM's wgmmas (the caller fences, commits and waits); gemm_* wrap
+    // one GEMM with all three.
+    auto issue_kmajor = [&](float (&acc)[kSN / 2], std::uint32_t sM, std::uint32_t sY) {
       std::uint32_t m_addr = sM + kv_row_wg * 128, y_addr = sY + q_col_wg * 128;
       asm volatile("" : "+r"(m_addr), "+r"(y_addr));
       const std::uint64_t da = make_smem_desc_sw128_kmajor(m_addr);
       const std::uint64_t db = make_smem_desc_sw128_kmajor(y_addr);
-      wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         const std::uint32_t off = 32u * (ks % 4);
         wgmma_ss<kSN, kBf16>(acc, smem_desc_advance(da, (ks / 4) * Tr::kKVPanelBytes + off),
                              smem_desc_advance(db, (ks / 4) * Tr::kQPanelBytes + off), ks > 0);
       }
+    };
+    auto gemm_kmajor = [&](float (&acc)[kSN / 2], std::uint32_t sM, std::uint32_t sY) {
+      wgmma_fence();
+      issue_kmajor(acc, sM, sY);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
@@ -260,19 +265,15 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     // d256: acc (64 KV rows x kDN columns from d_col_wg) += X Y, X = P^T or dS^T [Bc][Br] from
     // shared memory (K-major over the Br queries: panel ks / 4, 32 bytes per k16 step), Y = dO or
     // Q read MN-major from column panel d_col_wg / 64 on (N = kDN over kDN / 64 panels).
-    auto gemm_ss_mn = [&](float (&acc)[kDN / 2], std::uint32_t sX, std::uint32_t sY) {
+    auto issue_ss_mn = [&](float (&acc)[kDN / 2], std::uint32_t sX, std::uint32_t sY) {
       std::uint32_t x_addr = sX, y_addr = sY + (d_col_wg / 64) * Tr::kQPanelBytes;
       asm volatile("" : "+r"(x_addr), "+r"(y_addr));
       const std::uint64_t da = make_smem_desc_sw128_kmajor(x_addr);
       const std::uint64_t db = make_smem_desc_sw128_mnmajor(y_addr, Tr::kQPanelBytes);
-      wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < Br / 16; ++ks)
         wgmma_ss<kDN, kBf16, true>(acc, smem_desc_advance(da, (ks / 4) * Tr::kPTPanelBytes + 32u * (ks % 4)),
                                    smem_desc_advance(db, 2048u * ks), true);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(acc);
     };
     // stmatrix of packed 16-bit fragments a[t] (64 KV rows of this warpgroup x kSN queries from
     // q_col_wg). Matrix i of k-step t is a[t][i]: KV rows 16 warp + 8 (i & 1) + 0..7 x queries
@@ -304,8 +305,21 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     };
 
     // ---- S^T and P^T (in place, fp32) ----
-    float s[kSN / 8][4];
-    gemm_kmajor(reinterpret_cast<float(&)[kSN / 2]>(s), sK, sQ);
+    // d256: dP^T is issued right behind S^T as a second wgmma group, so that the P step below
+    // runs while the tensor cores compute dP^T (S^T + dP^T = 32 accumulator registers there; at
+    // d64 / d128 the 2 x 64 would not fit beside dK and dV).
+    float s[kSN / 8][4], dp[kSN / 8][4];
+    if constexpr (kSplitN) {
+      wgmma_fence();
+      issue_kmajor(reinterpret_cast<float(&)[kSN / 2]>(s), sK, sQ);
+      wgmma_commit();
+      issue_kmajor(reinterpret_cast<float(&)[kSN / 2]>(dp), sV, sDO);
+      wgmma_commit();
+      wgmma_wait<1>();  // S^T done; dP^T may still run
+      wgmma_fence_operand(reinterpret_cast<float(&)[kSN / 2]>(s));
+    } else {
+      gemm_kmajor(reinterpret_cast<float(&)[kSN / 2]>(s), sK, sQ);
+    }
     // The sm80 kernel's two copies of the elementwise step: straight-line for tiles wholly
     // visible without softcap, per-element tests otherwise; the same expression per element.
     auto p_step = [&](auto general_tag) {
@@ -350,8 +364,12 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     }
 
     // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
-    float dp[kSN / 8][4];
-    gemm_kmajor(reinterpret_cast<float(&)[kSN / 2]>(dp), sV, sDO);
+    if constexpr (kSplitN) {
+      wgmma_wait<0>();
+      wgmma_fence_operand(reinterpret_cast<float(&)[kSN / 2]>(dp));
+    } else {
+      gemm_kmajor(reinterpret_cast<float(&)[kSN / 2]>(dp), sV, sDO);
+    }
     auto ds_step = [&](auto cap_tag) {
       constexpr bool kCap = decltype(cap_tag)::value;
 #pragma unroll
@@ -392,10 +410,9 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
       store_t(da, base + Tr::kOffDST);
       // Barrier A(i): P^T, dS^T and dS of both warpgroups complete (generic-proxy stores that
       // wgmma reads through the async proxy: each thread fences its own first).
+      // dV += P^T dO and dK += dS^T Q are issued with the dQ GEMM below.
       fence_proxy_async_shared_cta();
       __syncthreads();
-      gemm_ss_mn(dv_flat, base + Tr::kOffPT, sDO);   // ---- dV += P^T dO ----
-      gemm_ss_mn(dk_flat, base + Tr::kOffDST, sQ);   // ---- dK += dS^T Q ----
     } else {
       if (item + 1 < n_items) sm80::cp_async_wait<0>();  // step i+1's tiles (own copies)
       // Barrier B(i): dS complete; every warpgroup is done with this stage's Q/dO/LSE/D (its
@@ -424,6 +441,13 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
       const std::uint64_t dsa = make_smem_desc_sw128_kmajor(ds_addr);
       const std::uint64_t kb = make_smem_desc_sw128_mnmajor(k_addr, Tr::kKVPanelBytes);
       wgmma_fence();
+      if constexpr (kSplitN) {
+        // d256: three groups back to back (one wait): dV += P^T dO, dK += dS^T Q, then dQ.
+        issue_ss_mn(dv_flat, base + Tr::kOffPT, sDO);
+        wgmma_commit();
+        issue_ss_mn(dk_flat, base + Tr::kOffDST, sQ);
+        wgmma_commit();
+      }
 #pragma unroll
       for (int ks = 0; ks < Bc / 16; ++ks)
         wgmma_ss<kDqN, kBf16, true>(dq_flat, smem_desc_advance(dsa, (ks / 4) * Tr::kDSPanelBytes + 32u * (ks % 4)),
@@ -431,6 +455,10 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(dq_flat);
+      if constexpr (kSplitN) {
+        wgmma_fence_operand(dv_flat);
+        wgmma_fence_operand(dk_flat);
+      }
 
       int* lock = nullptr;
       if (p.locks != nullptr) {
