@@ -249,14 +249,17 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     // d64/d128: acc (64 KV rows x D) += A Y over the Br query rows, A from registers, Y = dO or Q
     // read MN-major (K = query rows, 16 rows = 2048 bytes per k16 step; N = head_dim over
     // panels).
-    auto gemm_rs = [&](float (&acc)[kDN / 2], std::uint32_t (&a)[kSN / 16][4], std::uint32_t sY) {
+    auto issue_rs = [&](float (&acc)[kDN / 2], std::uint32_t (&a)[kSN / 16][4], std::uint32_t sY) {
       std::uint32_t y_addr = sY;
       asm volatile("" : "+r"(y_addr));
       const std::uint64_t db = make_smem_desc_sw128_mnmajor(y_addr, Tr::kQPanelBytes);
-      wgmma_fence();
 #pragma unroll
       for (int t = 0; t < kSN / 16; ++t)
         wgmma_rs<kDN, kBf16, true>(acc, a[t], smem_desc_advance(db, 2048u * t), true);
+    };
+    auto gemm_rs = [&](float (&acc)[kDN / 2], std::uint32_t (&a)[kSN / 16][4], std::uint32_t sY) {
+      wgmma_fence();
+      issue_rs(acc, a, sY);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
@@ -357,16 +360,29 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     // P^T rounded to 16 bits: the A fragments as the forward packs P, kept for the dS step.
     std::uint32_t pa[kSN / 16][4];
     pack_weights<T, kSN>(s, pa);
+    // d64: dV and dP^T go out as two groups with one wait (the live registers are those of the
+    // dS step anyway: dV, dK, P^T packed, dP^T); d128 keeps them apart (255 registers).
+    constexpr bool kMergeDvDp = D == 64;
     if constexpr (kSplitN) {
       store_t(pa, base + Tr::kOffPT);  // both warpgroups' query columns feed dV after barrier A(i)
+    } else if constexpr (kMergeDvDp) {
+      wgmma_fence();
+      issue_rs(dv_flat, pa, sDO);  // ---- dV += P^T dO ----
+      wgmma_commit();
+      issue_kmajor(reinterpret_cast<float(&)[kSN / 2]>(dp), sV, sDO);
+      wgmma_commit();
     } else {
       gemm_rs(dv_flat, pa, sDO);  // ---- dV += P^T dO ----
     }
 
     // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
-    if constexpr (kSplitN) {
+    if constexpr (kSplitN || kMergeDvDp) {
       wgmma_wait<0>();
       wgmma_fence_operand(reinterpret_cast<float(&)[kSN / 2]>(dp));
+      if constexpr (kMergeDvDp) {
+        wgmma_fence_operand(dv_flat);
+        wgmma_fence_operand(pa);
+      }
     } else {
       gemm_kmajor(reinterpret_cast<float(&)[kSN / 2]>(dp), sV, sDO);
     }
