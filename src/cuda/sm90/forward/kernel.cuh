@@ -574,9 +574,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
           wgmma_fence_operand(s_flat);
           release_stage(k_empty(stage), lane);
           weights(i);
-          // Keeps the wait below after the softmax (see the function). Not for FP8: measured 2-4 %
-          // slower there (A/B on the H200), where the P V wait hoisted above the softmax costs
-          // less than the pinned order (FP8's P V is half the tensor work of bf16's).
+          // Keeps the wait below after the softmax (see the function). Not for FP8: there the
+          // pinned order measured 8 % slower at d128 16k and 4 % at 1k (A/B on the H200, sixth
+          // session); FP8's P V is half the tensor time of bf16's, so waiting for it first costs
+          // little, and the pinned softmax evidently delayed the next turn.
           if constexpr (!kFp8) end_softmax_block(rows);
           wgmma_wait<0>();
           wgmma_fence_operand(o_flat);
