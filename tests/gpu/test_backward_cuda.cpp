@@ -1,5 +1,6 @@
 // The CUDA backward (the sm80 FA2-class main kernel; on compute capability 9.0 the sm90 wgmma one
-// at head_dim 128 unless TESSERA_CUDA_BACKWARD=portable; CTest runs this suite both ways) against
+// at head_dim 64, 128 and 256 unless TESSERA_CUDA_BACKWARD=portable; CTest runs this suite both
+// ways) against
 // the fp64 oracle gradients under the tolerance rule
 //   max |kernel - oracle| <= 2 * max |naive same-precision - oracle| + rounding floor,
 // for dq, dk and dv separately, on a covering grid (seq 1/17/113/1023, seq_q != seq_k both
@@ -136,6 +137,15 @@ std::vector<CaseSpec> grid() {
       ragged(f16, {0, 1023, 17}, {0, 113, 113}, 2, 1, 64, opts(false)),
       ragged(bf16, {33, 0}, {65, 0}, 4, 4, 256, opts(true), 8),
       ragged(bf16, {200, 129, 64}, {64, 300, 129}, 4, 2, 128, opts(true), 8),
+      // The sm90 kernel's own tile edges. d64 walks query tiles of 128 rows (sm80: 64): lengths
+      // around 128 and 256, causal with GQA; window + softcap with seq_q > seq_k.
+      dense(bf16, 2, 129, 255, 4, 2, 64, opts(true)),
+      dense(f16, 1, 257, 128, 2, 1, 64, opts(false, 100, 20, 4.0f), 8),
+      // d256 splits each 64-row query tile's S^T into two warpgroups' halves of 32: fewer than 32
+      // query rows (the second half wholly past the end), a tail inside the second half; one
+      // key past a KV tile of 64.
+      dense(bf16, 1, 31, 65, 2, 1, 256, opts(false)),
+      dense(f16, 2, 63, 127, 4, 2, 256, opts(true, -1, -1, 2.5f), 8),
   };
 }
 
@@ -192,19 +202,22 @@ TEST(CudaBackward, Long4kGqaHd64Deterministic) {
   g.expect_matches_oracle();
 }
 
-// Several query heads per CTA: 17 KV tiles x 4 KV heads = 68 CTAs, so on a 132-SM device (the
-// H200) the host splits the GQA group of 4 in two and each CTA walks two query heads of 4 query
-// tiles each: the step from one head to the next, which no other case reaches there (a review
-// of the sm90 kernel found the gap). Both modes; causal bottom-right with seq_q < seq_k.
+// Several query heads per CTA: at d64 / d128, 17 KV tiles x 4 KV heads = 68 CTAs, so on a
+// 132-SM device (the H200) the host splits the GQA group of 4 in two and each CTA walks two query
+// heads of 4 (d64: 2) query tiles each; at d256 (KV tiles of 64) 136 CTAs, no split, each walks
+// all 4 query heads. The step from one head to the next, which no other case reaches there (a
+// review of the sm90 kernel found the gap). Both modes; causal bottom-right with seq_q < seq_k.
 TEST(CudaBackward, SeveralQueryHeadsPerCta) {
   auto rng = fresh_rng();
-  for (bool deterministic : {false, true}) {
-    SCOPED_TRACE(deterministic ? "deterministic" : "atomic");
-    GpuBwdCase g(dense(DType::bf16, 1, 256, 2176, 16, 4, 128, opts(true)), rng);
-    g.forward();
-    g.backward(deterministic);
-    g.expect_fully_written();
-    g.expect_matches_oracle();
+  for (int d : {128, 64, 256}) {
+    for (bool deterministic : {false, true}) {
+      SCOPED_TRACE("head_dim " + std::to_string(d) + (deterministic ? " deterministic" : " atomic"));
+      GpuBwdCase g(dense(DType::bf16, 1, 256, 2176, 16, 4, d, opts(true)), rng);
+      g.forward();
+      g.backward(deterministic);
+      g.expect_fully_written();
+      g.expect_matches_oracle();
+    }
   }
 }
 
@@ -248,10 +261,10 @@ TEST(CudaBackward, EmptyRowsAndKeysGiveZeroGradients) {
   }
 }
 
-// Which main kernel runs: on compute capability 9.0 the sm90 backward takes head_dim 128 (f16,
-// bf16; any mask, softcap, GQA, ragged) unless TESSERA_CUDA_BACKWARD=portable is set (CTest
-// runs this suite both ways, so each run must really exercise its kernel); other head dims and
-// devices keep the sm80 kernel.
+// Which main kernel runs: on compute capability 9.0 the sm90 backward takes every case the CUDA
+// backward supports (f16, bf16; head_dim 64, 128, 256; any mask, softcap, GQA, ragged) unless
+// TESSERA_CUDA_BACKWARD=portable is set (CTest runs this suite both ways, so each run must really
+// exercise its kernel); other devices keep the sm80 kernel.
 TEST(CudaBackward, DispatchTakesSm90KernelUnlessPortable) {
   int dev = 0, major = 0, minor = 0;
   TESSERA_TEST_CUDA(cudaGetDevice(&dev));
@@ -264,13 +277,15 @@ TEST(CudaBackward, DispatchTakesSm90KernelUnlessPortable) {
   for (const CaseSpec& s : {dense(DType::bf16, 2, 113, 300, 4, 1, 128, opts(true)),
                             ragged(DType::f16, {17, 0, 113}, {113, 0, 17}, 4, 2, 128, opts(false, 8, 8, 2.0f)),
                             dense(DType::bf16, 1, 40, 90, 2, 2, 64, opts(false)),
-                            dense(DType::f16, 1, 40, 90, 2, 2, 256, opts(true))}) {
+                            ragged(DType::bf16, {129, 0, 5}, {64, 0, 300}, 4, 1, 64, opts(true), 8),
+                            dense(DType::f16, 1, 40, 90, 2, 2, 256, opts(true)),
+                            dense(DType::bf16, 2, 31, 17, 8, 2, 256, opts(false, 4, 4, 3.0f))}) {
     SCOPED_TRACE(s.name());
     AttentionCase c(s, rng);
     BackwardParams p = c.backward_params();
     p.device = Device{DeviceKind::cuda, dev};
     std::string why;
-    const bool want = !portable && major == 9 && minor == 0 && s.head_dim == 128;
+    const bool want = !portable && major == 9 && minor == 0;
     EXPECT_EQ(cuda::sm90::backward_applicable(p, &why), want) << why;
   }
 #else

@@ -116,6 +116,10 @@ std::vector<CaseSpec> grid() {
       // three (192-row tiles) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 64, opts(true)),
       dense(f16, 1, 200, 2049, 2, 1, 64, opts(true)),
+      // Unmasked head_dim 128: the masked instance (128-key tiles) up to 2048 keys on average,
+      // the unmasked one (176-key tiles) above: both sides of the switch, with partial tiles.
+      dense(bf16, 1, 130, 2048, 2, 1, 128, opts(false)),
+      dense(f16, 1, 200, 2049, 2, 1, 128, opts(false)),
       dense(f16, 2, 150, 150, 4, 2, 64, opts(false)),                // a third warpgroup partly filled
       ragged(bf16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(true)),  // the same, ragged row stores
       ragged(f16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(true), 8),  // empty seq, empty KV
@@ -126,6 +130,7 @@ std::vector<CaseSpec> grid() {
       // More tiles than SMs in unmasked problems: the sm90 persistent CTAs walk several tiles
       // each (ring stages, Q buffer and pingpong turns carried from one tile to the next).
       dense(bf16, 40, 129, 300, 8, 2, 128, opts(false)),
+      dense(bf16, 10, 129, 2100, 8, 2, 128, opts(false)),            // (the 176-key instance: > 2048 keys)
       dense(f16, 24, 200, 77, 8, 8, 64, opts(false, -1, -1, 2.0f)),
       dense(bf16, 20, 130, 130, 8, 1, 256, opts(false), 8),
       ragged(f16, {300, 0, 17, 129, 1, 256, 77, 200, 3, 128, 90, 260, 5, 64, 150, 199, 33, 280, 0, 140},

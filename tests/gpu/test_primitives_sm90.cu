@@ -381,6 +381,8 @@ void check_wgmma_ss() {
   g.check(dc.read(), Traits<T>::name);
 }
 
+TEST(PrimitivesSm90, WgmmaSsM64N32Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 32>(); }
+TEST(PrimitivesSm90, WgmmaSsM64N32F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 32>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 64>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 64>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 128>(); }

@@ -121,6 +121,29 @@ namespace detail {
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 #define TESSERA_WGMMA_DREGS256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
+#define TESSERA_WGMMA_D32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define TESSERA_WGMMA_DREGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+
+// N = 32, both operands K-major (the sm90 backward's S^T / dP^T at head_dim 256, where each
+// warpgroup computes 32 of the 64 query columns).
+__device__ __forceinline__ void wgmma_ss_m64n32k16_bf16(float (&d)[16], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS32 ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : TESSERA_WGMMA_D32
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_ss_m64n32k16_f16(float (&d)[16], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " TESSERA_WGMMA_DREGS32 ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : TESSERA_WGMMA_D32
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
 template <int kTransB>
 __device__ __forceinline__ void wgmma_ss_m64n64k16_bf16(float (&d)[32], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
   asm volatile(
@@ -295,6 +318,8 @@ __device__ __forceinline__ void wgmma_rs_m64n256k32_e4m3(float (&d)[128], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
+#undef TESSERA_WGMMA_D32
+#undef TESSERA_WGMMA_DREGS32
 #undef TESSERA_WGMMA_D64
 #undef TESSERA_WGMMA_D80
 #undef TESSERA_WGMMA_DREGS80
@@ -309,7 +334,8 @@ __device__ __forceinline__ void wgmma_rs_m64n256k32_e4m3(float (&d)[128], const 
 }  // namespace detail
 
 // D(64 x N) = A * B (+ D when accumulate), A and B from shared memory (descriptors da, db).
-// N in {64, 80, 128, 176, 256} (80 and 176: K tiles of the attention kernels); kBf16: true = bf16
+// N in {32, 64, 80, 128, 176, 256} (80 and 176: K tiles of the attention kernels; 32: the
+// backward's S^T at head_dim 256); kBf16: true = bf16
 // operands, false = f16. `accumulate` false ignores the
 // prior contents of d (use it for the first k step instead of zeroing d). kBMnMajor (N 64 or
 // 128): B is MN-major (make_smem_desc_sw128_mnmajor, as for wgmma_rs), e.g. K read with its rows
@@ -319,9 +345,12 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, st
   const std::uint32_t scale_d = accumulate ? 1u : 0u;
   constexpr int kTransB = kBMnMajor ? 1 : 0;
   static_assert(!kBMnMajor || N == 64 || N == 128, "wgmma_ss: MN-major B for N in {64, 128} (add as needed)");
-  static_assert(N == 64 || N == 80 || N == 128 || N == 176 || N == 256,
-                "wgmma_ss: N in {64, 80, 128, 176, 256} (add instantiations as needed)");
-  if constexpr (N == 80) {
+  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176 || N == 256,
+                "wgmma_ss: N in {32, 64, 80, 128, 176, 256} (add instantiations as needed)");
+  if constexpr (N == 32) {
+    if constexpr (kBf16) detail::wgmma_ss_m64n32k16_bf16(d, da, db, scale_d);
+    else detail::wgmma_ss_m64n32k16_f16(d, da, db, scale_d);
+  } else if constexpr (N == 80) {
     if constexpr (kBf16) detail::wgmma_ss_m64n80k16_bf16(d, da, db, scale_d);
     else detail::wgmma_ss_m64n80k16_f16(d, da, db, scale_d);
   } else if constexpr (N == 176) {

@@ -282,7 +282,6 @@ void attention_backward(const BackwardParams& p) {
   using namespace sm80;
   DeviceGuard guard(p.device.index);
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const BwdShape shape = backward_shape(p.head_dim);
   const int D = p.head_dim;
   const bool ragged = p.ragged();
   if (p.batch == 0 || (p.total_q == 0 && p.total_k == 0)) return;
@@ -291,11 +290,14 @@ void attention_backward(const BackwardParams& p) {
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device.index));
   // On compute capability 9.0 the sm90 main kernel takes the cases it supports (unless
   // TESSERA_CUDA_BACKWARD=portable); the grid, split, workspace and pre/post kernels below are
-  // the same for both.
+  // the same for both, sized from the tiles of the main kernel that runs (the sm90 kernel's
+  // differ at head_dim 64: query tiles of 128 rows, which only the deterministic counters see).
 #if defined(TESSERA_HAS_SM90_KERNELS)
   const bool use_sm90 = sm90::backward_applicable(p);
+  const BwdShape shape = use_sm90 ? sm90::backward_shape(p.head_dim) : backward_shape(p.head_dim);
 #else
   const bool use_sm90 = false;
+  const BwdShape shape = backward_shape(p.head_dim);
 #endif
 
   // Split a GQA group over CTAs only while the grid is smaller than the device.

@@ -41,6 +41,13 @@ constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer
 // at 4k three win (0.734 vs 0.777 ms), and at 16k (2.46 vs 2.73).
 constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
 
+// Unmasked head_dim 128 problems whose sequences average at most this many keys run on the
+// masked instance (128-key tiles, two Q buffers, the dynamic walk) instead of the unmasked one
+// (176-key tiles, one Q buffer): 1024 keys are 8 whole 128-key tiles but 5.8 176-key ones, and
+// with few K/V tiles per Q tile the exposed Q load and epilogue weigh more. Measured on the
+// H200 (bf16, 16k tokens, A/B): 1k -7 % time; at 16k the 176-key instance stays faster.
+constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
+
 // K tile width per head dim and mask: the instances that exist (launch.cu picks one). FP8
 // (1-byte elements) uses 128 keys: one 128-byte swizzled row of the transposed V tile.
 constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false) {

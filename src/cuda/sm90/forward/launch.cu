@@ -147,8 +147,11 @@ bool run_forward(const AttentionParams& p) {
   // 64 rows per consumer warpgroup; masked head_dim 64 over short sequences takes two.
   const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
   const bool two_wg_d64 = !fp8 && p.head_dim == 64 && masked && mean_keys <= kTwoWarpgroupMaxKeysD64;
+  // Short unmasked head_dim 128 takes the masked instance (see kShortUnmaskedMaxKeysD128).
+  const bool masked_instance =
+      masked || (!fp8 && p.head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128);
   const std::uint32_t box_m = two_wg_d64 ? 128u : static_cast<std::uint32_t>(block_m_for(p.head_dim, fp8));
-  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked, fp8));
+  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked_instance, fp8));
   FwdArgs a;
   try {
     a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, box_m, p.q.ptr);
@@ -207,8 +210,8 @@ bool run_forward(const AttentionParams& p) {
   int num_sms = 0;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, p.device.index));
   if (fp8) launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms);
-  else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked, num_sms);
-  else launch_for_head_dim<__half>(a, p, masked, num_sms);
+  else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms);
+  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms);
   return true;
 }
 
