@@ -211,6 +211,18 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
       fence_proxy_async_shared_cta();
       __syncthreads();
     }
+    // Barrier B(i) of either schedule (what it guards is said where it is called): waits for this
+    // thread's copies of step i+1's tiles, fences them (and any generic shared stores) to the async
+    // proxy, joins the CTA barrier, then starts step i+2's copies into the stage this step is done with.
+    auto barrier_b = [&] {
+      if (item + 1 < n_items) sm80::cp_async_wait<0>();
+      fence_proxy_async_shared_cta();
+      __syncthreads();
+      if (item + 2 < n_items) {
+        load_item(item + 2, st);
+        sm80::cp_async_commit();
+      }
+    };
     const std::uint32_t sQ = base + Tr::kOffQ + st * Tr::kStageBytes;
     const std::uint32_t sDO = base + Tr::kOffDO + st * Tr::kStageBytes;
     const std::uint32_t sDS = base + Tr::kOffDS + (kSplitN ? 0 : st * Tr::kStageBytes);
@@ -430,18 +442,12 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
       fence_proxy_async_shared_cta();
       __syncthreads();
     } else {
-      if (item + 1 < n_items) sm80::cp_async_wait<0>();  // step i+1's tiles (own copies)
       // Barrier B(i): dS complete; every warpgroup is done with this stage's Q/dO/LSE/D (its
       // GEMMs have completed); it also publishes step i+1's tiles. The fence first: dS (stmatrix)
       // and the cp.async bytes are generic-proxy writes that wgmma reads through the async proxy.
       // The dS buffer read below is next written by step i+2, after B(i+1), which no thread
       // passes before its dQ GEMM of this step has completed.
-      fence_proxy_async_shared_cta();
-      __syncthreads();
-      if (item + 2 < n_items) {
-        load_item(item + 2, st);  // into the stage this step has finished with
-        sm80::cp_async_commit();
-      }
+      barrier_b();
     }
 
     // ---- dQ_i += dS K_j: warpgroup wg computes query rows [dq_row_wg, + 64) x head-dim
@@ -515,17 +521,11 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     }
 
     if constexpr (kSplitN) {
-      if (item + 1 < n_items) sm80::cp_async_wait<0>();  // step i+1's tiles (own copies)
       // Barrier B(i): every warpgroup is done with this step's Q/dO/LSE/D and P^T / dS^T / dS
       // (its GEMMs have completed), so step i+1 may overwrite the single P^T / dS^T / dS buffers
       // and the stage may be refilled; it also publishes step i+1's tiles (fence first, as at
       // A(i)).
-      fence_proxy_async_shared_cta();
-      __syncthreads();
-      if (item + 2 < n_items) {
-        load_item(item + 2, st);  // into the stage this step has finished with
-        sm80::cp_async_commit();
-      }
+      barrier_b();
     }
   }
 
