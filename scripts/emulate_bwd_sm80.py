@@ -19,7 +19,8 @@
 # barrier | dV, dK | wait + barrier B(i) | dQ GEMM, prefetch of item i+2, dQ reductions.
 # Update it with the kernel, or delete it once the kernel has passed on a GPU.
 # Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--break NAME] [--quick]   (~20 s)
-# --sm80 replays the sm_80 build's double-buffered S^T/dP^T GEMM order (kDoubleBuffer).
+# --sm80 replays the sm_80 build's double-buffered S^T/dP^T GEMM order (kDoubleBuffer) and its
+# general copy's P^T stores before the dP^T GEMM (kEarlyPT).
 import argparse, math, sys
 import numpy as np
 
@@ -325,6 +326,14 @@ def run(case):
                 def atom_off(fo, m, n):
                     return (fo ^ (n << 4)) + (0 if BREAK == "pt_atom" else m * 16 * (Br * 2))
 
+                def store_pt(w, fo, s):  # P^T -> smem (kernel.cuh front(): store_pt)
+                    for m in range(MR):
+                        for n in range(kQCols // 8):
+                            i = m * (kQCols // 8) + n
+                            off = atom_off(fo, m, n)
+                            sm.store32(kOffPT + off, s[:, i, 0], s[:, i, 1], step, w)
+                            sm.store32(kOffPT + off + 8 * Br * 2, s[:, i, 2], s[:, i, 3], step, w)
+
                 def pair_check(w):
                     def chk(slots):
                         assert np.all(sm.step[slots] == step), "A operand not written this step"
@@ -355,6 +364,10 @@ def run(case):
                                         pv = np.exp2(v - l2)
                                     pv = np.where(np.isfinite(l2), pv, 0.0)  # exp2(-inf) = 0
                                     s[:, i, 2 * hr + e] = np.where(vis0 if hr == 0 else vis1, pv, 0.0)
+                    # the sm_80 build's general copy stores P^T before the dP^T GEMM (kEarlyPT)
+                    early_pt = DOUBLE_BUFFER and general
+                    if early_pt:
+                        store_pt(w, fo, s)
                     dp = gemm_xyT(sm, kOffV, kv_row_w, sDO, q_col_w, kQCols, tile_check)
                     for i in range(MR * kQCols // 8):
                         m, n = i // (kQCols // 8), i % (kQCols // 8)
@@ -371,12 +384,12 @@ def run(case):
                                         tt = (np.log2(np.where(pos, pv, 1.0)) + lse_s[st, col]) * (math.log(2) / cap)
                                     ds = np.where(pos, ds * (1.0 - tt * tt), ds)
                                 dp[:, i, 2 * hr + e] = ds
+                    if not early_pt:
+                        store_pt(w, fo, s)
                     for m in range(MR):
                         for n in range(kQCols // 8):
                             i = m * (kQCols // 8) + n
                             off = atom_off(fo, m, n)
-                            sm.store32(kOffPT + off, s[:, i, 0], s[:, i, 1], step, w)
-                            sm.store32(kOffPT + off + 8 * Br * 2, s[:, i, 2], s[:, i, 3], step, w)
                             sm.store32(ds_off + off, dp[:, i, 0], dp[:, i, 1], step, w)
                             sm.store32(ds_off + off + 8 * Br * 2, dp[:, i, 2], dp[:, i, 3], step, w)
                 if BREAK == "prefetch_early" and item + 2 < n_items:

@@ -196,6 +196,13 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
   constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages, MR = L::MR;
   constexpr int kThreads = L::kThreads, kQCols = L::kQCols, kDCols = L::kDCols;
   constexpr bool kBf16 = Traits<T>::is_bf16;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // sm_80 builds of head_dim 128 (255 registers, one CTA per SM) take two register-allocation
+  // measures of their own (see `fo` and `front` below); sm_90 builds compile without them.
+  constexpr bool kSm80D128 = MR > 1;
+#else
+  constexpr bool kSm80D128 = false;
+#endif
 
   extern __shared__ __align__(128) unsigned char smem[];
   const std::uint32_t s_base = smem_u32(smem);
@@ -339,7 +346,10 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
     // makes each a single LOP3 next to its store instead.
     const int pt_off = L::kPTInDS ? ds_off : L::kOffPT;  // P^T: own buffer, or this step's dS^T
     int fo = frag_off;
-    if constexpr (L::kMinBlocksSm90 > 1) asm volatile("" : "+r"(fo));
+    // sm_80 head_dim 128 too: without it (and without the early P^T stores of the general copy
+    // in `front`) ptxas spilled 8 / 12 B (bf16 / f16) of loop constants, reloaded after the
+    // pair barrier.
+    if constexpr (L::kMinBlocksSm90 > 1 || kSm80D128) asm volatile("" : "+r"(fo));
     // Element masking only where the tile is not wholly visible or hangs over k_len.
     const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
 
@@ -398,9 +408,28 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
           pk[i][0] = Traits<T>::pack2(s_acc[i][0], s_acc[i][1]);
           pk[i][1] = Traits<T>::pack2(s_acc[i][2], s_acc[i][3]);
         }
+        // P^T goes to smem after the dP^T GEMM (below), so no store sits between the P step and the
+        // dP^T ldmatrix; except in the sm_80 general copy, which stores it here: the stores then
+        // bound the P step before the GEMM (ptxas otherwise sank the predicated MUFU.EX2 into it,
+        // keeping S^T and the masks live there), and the softcap term re-reads LSE from smem
+        // (predicated, like the term) instead of keeping it in registers through the GEMM. With
+        // `fo` opaque per step this leaves sm_80 head_dim 128 at 255 registers, no spill.
+        constexpr bool kEarlyPT = kSm80D128 && kGeneral;
+        const auto store_pt = [&] {
+#pragma unroll
+          for (int m = 0; m < MR; ++m) {
+#pragma unroll
+            for (int n = 0; n < kQCols / 8; ++n) {
+              const int i = m * (kQCols / 8) + n;
+              const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = pk[i][0];
+              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = pk[i][1];
+            }
+          }
+        };
+        if constexpr (kEarlyPT) store_pt();
         float dp_acc[MR * kQCols / 8][4];
-        // sm_80 builds keep the double-buffered form here: 8 / 12 B of loop-invariant spill (2-3
-        // LDL per step); the plain loop spilled 24 / 20 B.
+        // sm_80 builds keep the double-buffered form here; the plain loop spilled 24 / 20 B.
         gemm_xyT<kBf16, D, kQCols, MR>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
 #pragma unroll
         for (int i = 0; i < MR * kQCols / 8; ++i) {
@@ -423,16 +452,18 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
             }
           }
         }
-        // P^T and dS^T to smem ([Bc][Br]) after the dP^T GEMM, so no store sits between the P
-        // step and the dP^T ldmatrix. Atom m is 16 m rows lower: same swizzle key.
+        // P^T (unless stored above) and dS^T to smem ([Bc][Br]) after the dP^T GEMM. Atom m is 16 m
+        // rows lower: same swizzle key.
 #pragma unroll
         for (int m = 0; m < MR; ++m) {
 #pragma unroll
           for (int n = 0; n < kQCols / 8; ++n) {
             const int i = m * (kQCols / 8) + n;
             const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
-            *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = pk[i][0];
-            *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = pk[i][1];
+            if constexpr (!kEarlyPT) {
+              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = pk[i][0];
+              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = pk[i][1];
+            }
             *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]);
             *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) =
                 Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]);
