@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "cuda/common/device_limits.h"
 #include "cuda/common/check.h"
 #include "cuda/common/types.cuh"
 #include "cuda/cuda_backend.h"
@@ -262,13 +263,10 @@ bool supports_backward(const BackwardParams& p, std::string* why) {
       {&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "out"}, {&p.dout, "dout"}, {&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}};
   for (const auto& [t, name] : tensors)
     if (!bwd_strides_ok(*t, name, why)) return false;
-  int major = 0, optin = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return bwd_fail(why, "device: expected a usable CUDA device, got cuda:" + std::to_string(p.device.index) +
-                             " whose attributes cannot be read");
-  }
+  DeviceLimits dev;
+  std::string unreadable;
+  if (!read_device_limits(p.device.index, &dev, &unreadable)) return bwd_fail(why, unreadable);
+  const int major = dev.major, optin = dev.smem_optin;
   if (major < 8) return bwd_fail(why, "device: expected compute capability >= 8.0, got " + std::to_string(major) + ".x");
   if (optin < shape.smem_bytes)
     return bwd_fail(why, "head_dim " + std::to_string(p.head_dim) + ": the backward needs " +
