@@ -273,11 +273,15 @@ WorkspaceLayout workspace_layout(const PlanConfig& cfg, std::size_t bytes) {
   const std::uint64_t per_row = sizeof(WorkItem) * static_cast<std::uint64_t>(cfg.heads_kv) + sizeof(std::int32_t) +
                                 sizeof(float) * static_cast<std::uint64_t>(cfg.heads_q) *
                                     (1 + static_cast<std::uint64_t>(cfg.head_dim));
-  for (std::int64_t rows = def + static_cast<std::int64_t>((bytes - l.total_bytes) / per_row); rows > def; --rows) {
-    const WorkspaceLayout m = layout_for_partial_rows(cfg, rows);
-    if (m.total_bytes <= bytes) return m;
-  }
-  return l;
+  // The estimate can be off by a row either way (each region is padded to its alignment), so
+  // walk down until it fits, then up while the next row still fits: a workspace of exactly
+  // layout_for_partial_rows(R).total_bytes (what plan() asks for) must give R rows.
+  std::int64_t rows = def + static_cast<std::int64_t>((bytes - l.total_bytes) / per_row);
+  while (rows > def && layout_for_partial_rows(cfg, rows).total_bytes > bytes) --rows;
+  while (layout_for_partial_rows(cfg, rows + 1).total_bytes <= bytes &&
+         layout_for_partial_rows(cfg, rows + 1).max_partial_rows == rows + 1)
+    ++rows;
+  return rows > def ? layout_for_partial_rows(cfg, rows) : l;
 }
 
 PlanView plan_view(void* base, const WorkspaceLayout& l) {

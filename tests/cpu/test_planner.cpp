@@ -374,6 +374,29 @@ TEST(Planner, AutomaticNeverOutgrowsTheDefaultWorkspace) {
   }
 }
 
+// plan() names the bytes a fixed split needs ("at least N bytes for R partial rows"): a
+// workspace of exactly layout_for_partial_rows(R).total_bytes must then hold R rows, whatever
+// the regions' alignment padding does to the per-row estimate (it once gave R - 1).
+TEST(Planner, WorkspaceOfTheNamedSizeHoldsTheNamedRows) {
+  for (auto [hq, hkv, d] : {std::tuple{24, 8, 128}, std::tuple{32, 8, 128}, std::tuple{8, 8, 64},
+                            std::tuple{8, 2, 256}, std::tuple{7, 1, 64}, std::tuple{256, 1, 128}}) {
+    BatchConfig c = config(hq, hkv);
+    c.head_dim = d;
+    c.max_requests = 15;
+    c.max_q_tokens = 700;
+    const plan::PlanConfig cfg = plan::make_plan_config(c, DeviceFacts{Device::cpu(), 132});
+    const int def = plan::default_partial_rows(cfg);
+    for (std::int64_t rows = def; rows < def + 3000; rows += 1 + rows % 7) {
+      const std::size_t bytes = plan::layout_for_partial_rows(cfg, rows).total_bytes;
+      const plan::WorkspaceLayout got = plan::workspace_layout(cfg, bytes);
+      ASSERT_EQ(got.max_partial_rows, rows) << "hq " << hq << " hkv " << hkv << " d " << d << " bytes " << bytes;
+      ASSERT_LE(got.total_bytes, bytes);
+      // One byte less no longer holds them (below the default size plan() refuses instead).
+      if (rows > def) EXPECT_LT(plan::workspace_layout(cfg, bytes - 1).max_partial_rows, rows);
+    }
+  }
+}
+
 TEST(Planner, SplitRowsMergeTheirChunksInKvOrder) {
   Planned p = make_plan(config(4, 2, fixed(10)), 1, {2}, {25});
   plan::PlanView v = p.view();
