@@ -185,14 +185,16 @@ __device__ __forceinline__ void gemm_sy(float (&acc)[MR * NCOLS / 8][4], std::ui
 
 // CTAs per SM the registers are budgeted for, per target arch (see Layout::kMinBlocksSm90).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define TESSERA_BWD_MIN_BLOCKS(D) (Layout<D>::kMinBlocksSm90)
+#define TESSERA_BWD_MIN_BLOCKS(D, V) (Layout<D, V>::kMinBlocksSm90)
 #else
-#define TESSERA_BWD_MIN_BLOCKS(D) (Layout<D>::kMinBlocks)
+#define TESSERA_BWD_MIN_BLOCKS(D, V) (Layout<D, V>::kMinBlocks)
 #endif
 
-template <typename T, int D>
-__global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)) backward_main_kernel(const BwdArgs p) {
-  using L = Layout<D>;
+// V: the layout variant (tiles.h Cfg<D, V>).
+template <typename T, int D, int V>
+__global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS(D, V))
+    backward_main_kernel(const BwdArgs p) {
+  using L = Layout<D, V>;
   constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages, MR = L::MR;
   constexpr int kThreads = L::kThreads, kQCols = L::kQCols, kDCols = L::kDCols;
   constexpr bool kBf16 = Traits<T>::is_bf16;
@@ -638,12 +640,12 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int V = 0>
 void launch_main(const BwdArgs& args, void* stream) {
-  using L = Layout<D>;
+  using L = Layout<D, V>;
   const int kv_tiles = (args.seq_k + L::Bc - 1) / L::Bc;
   if (kv_tiles == 0 || args.batch == 0 || args.heads_kv == 0) return;
-  auto kernel = backward_main_kernel<T, D>;
+  auto kernel = backward_main_kernel<T, D, V>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
   if constexpr (L::kMinBlocksSm90 > 1) {
     // Two CTAs need the largest shared carveout (228 KB on sm_90); a hint, harmless elsewhere.
