@@ -13,12 +13,15 @@
 # read only P^T/dS^T written this step by their own warp pair (pair barrier), the dS step reads
 # back only its own thread's P^T, the dQ GEMM reads only dS^T of this step (CTA barrier B(i)).
 # Update it with the kernel, or delete it once the kernel has passed on a GPU.
-# Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--break NAME] [--quick]   (~20 s)
+# Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--compact] [--break NAME] [--quick]   (~20 s)
 # --sm80 replays the sm_80 build's double-buffered S^T/dP^T GEMM order (kDoubleBuffer).
+# --compact replays Cfg<128, 1> (Stages = 1: one Q/dO/dS^T stage, 128.5 KB; A100/A30). Cfg<128, 2>
+# (64-row KV tiles, MR = 1: head_dim 256's code path) is not emulated.
 import argparse, math, sys
 import numpy as np
 
-D, Bc, Br, WQ, MR, MQ, STAGES = 128, 128, 64, 2, 2, 2, 2  # tiles.h Cfg<128>
+D, Bc, Br, WQ, MR, MQ = 128, 128, 64, 2, 2, 2  # tiles.h Cfg<128, 0> and Cfg<128, 1>
+STAGES = 1 if "--compact" in sys.argv[1:] else 2  # Cfg<128, 1> : Cfg<128, 0>
 kRowsW = 16 * MR
 kWarpsKV = Bc // kRowsW
 kWarps = kWarpsKV * WQ
@@ -35,7 +38,7 @@ kOffDS = kOffDO + kTileQ
 kOffPT = kOffQ + STAGES * kStage
 kOffLse = kOffPT + Bc * Br * 2
 kSmem = kOffLse + 2 * STAGES * Br * 4
-assert (kWarps, kQCols, kDCols, kDqWarpsM, kDqCols, kSmem) == (8, 32, 64, 2, 32, 181248)
+assert (kWarps, kQCols, kDCols, kDqWarpsM, kDqCols, kSmem) == (8, 32, 64, 2, 32, 181248 if STAGES == 2 else 131584)
 LOG2E = 1.4426950408889634
 
 lane = np.arange(32)
@@ -281,7 +284,7 @@ def run(case):
             dk_acc = np.zeros((kWarps, 32, MR * kDCols // 8, 4))
             for item in range(n_items):
                 step += 1
-                st = item & 1
+                st = item & 1 if STAGES == 2 else 0
                 h = h0 + item // n_tiles
                 it = it0 + item % n_tiles
                 q0 = it * Br
@@ -458,10 +461,12 @@ def main():
     ap.add_argument("--break", dest="brk", choices=sorted(BREAKS), help="run a deliberately broken variant")
     ap.add_argument("--quick", action="store_true", help="first case only")
     ap.add_argument("--sm80", action="store_true", help="the sm_80 build's double-buffered gemm_xyT order")
+    ap.add_argument("--compact", action="store_true", help="Cfg<128, 1>: Stages = 1 (read at import)")
     a = ap.parse_args()
     global DOUBLE_BUFFER
     BREAK, DOUBLE_BUFFER = a.brk, a.sm80
     print("gemm_xyT order:", "sm_80 build (double-buffered)" if DOUBLE_BUFFER else "sm_90 build (plain loop)")
+    print(f"stages: {STAGES} (smem {kSmem} B)")
     if BREAK: print(f"broken variant: {BREAK}: {BREAKS[BREAK]}")
     ok = True
     for c in CASES[:1] if a.quick else CASES:

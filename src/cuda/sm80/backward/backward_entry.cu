@@ -361,6 +361,11 @@ void attention_backward(const BackwardParams& p) {
   const bool use_sm90 = false;
   const BwdShape shape = backward_shape(p.head_dim, variant);
 #endif
+  if (!use_sm90 && backward_variant(D, optin) < 0) {  // callers normally ask supports_backward first
+    std::string why;
+    (void)supports_backward(p, &why);
+    throw Error(ErrorCode::unsupported, "q", "attention_backward: " + why);
+  }
 
   // Split a GQA group over CTAs only while the grid is smaller than the device.
   const int group = p.group();
