@@ -10,13 +10,21 @@
 # agreement is ~1e-13. Also checked on every access: 16-byte alignment of ldmatrix rows, no bank
 # conflicts (each 8-row ldmatrix phase hits 8 distinct 16-byte bank groups; each warp-wide
 # 4-byte store hits 32 distinct banks), and a model of the barrier schedule: the dV/dK GEMMs
-# read only P^T/dS^T written this step by their own warp pair (pair barrier), the dS step reads
-# back only its own thread's P^T, the dQ GEMM reads only dS^T of this step (CTA barrier B(i)).
+# read only P^T/dS^T written this step by their own warp pair (pair barrier), the dS step uses
+# its own P (registers, 16-bit rounded), the dQ GEMM reads only dS^T of this step (CTA barrier
+# B(i)), and every Q/dO/LSE/D read is of the step being computed: the tiles are written where
+# the kernel issues their cp.async (items 0 and 1 before the loop, item i+2 after step i's dQ
+# GEMM, into stage i & 1) and tagged with their item.
+# Phase order per step (kernel.cuh, head_dim 128): S^T, P, dP^T, dS, P^T + dS^T stores | pair
+# barrier | dV, dK | wait + barrier B(i) | dQ GEMM, prefetch of item i+2, dQ reductions.
 # Update it with the kernel, or delete it once the kernel has passed on a GPU.
 # Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--compact] [--break NAME] [--quick]   (~20 s)
-# --sm80 replays the sm_80 build's double-buffered S^T/dP^T GEMM order (kDoubleBuffer).
-# --compact replays Cfg<128, 1> (Stages = 1: one Q/dO/dS^T stage, 128.5 KB; A100/A30). Cfg<128, 2>
-# (64-row KV tiles, MR = 1: head_dim 256's code path) is not emulated.
+# --sm80 replays the sm_80 build's double-buffered S^T/dP^T GEMM order (kDoubleBuffer) and its
+# general copy's P^T stores before the dP^T GEMM (kEarlyPT).
+# --compact replays Cfg<128, 1> (Stages = 1: one Q/dO/dS^T stage, 128.5 KB; A100/A30): item 0
+# alone is loaded before the loop, item i+1 into stage 0 after barrier B(i), before the dQ GEMM
+# (kPrefetchAfterDq is false), and the general copy stores P^T early on every arch
+# (kRegMeasures). Cfg<128, 2> (64-row KV tiles, MR = 1: head_dim 256's code path) is not emulated.
 import argparse, math, sys
 import numpy as np
 
@@ -51,6 +59,8 @@ BREAKS = {
     "sy_swizzle": "gemm_sy A address without the (row & 7) swizzle",
     "epi_atom": "epilogue rows without 16 (mh / 2)",
     "db_buffer": "double-buffered S^T/dP^T GEMM consuming the buffer being refilled (with --sm80)",
+    "prefetch_early": "step i+2's Q/dO prefetch issued before the pair barrier (before dV/dK read the stage)",
+    "prefetch_stage": "step i+2's Q/dO prefetched into the other stage (the one step i+1 reads)",
 }
 DOUBLE_BUFFER = False  # --sm80: replay the sm_80 build's double-buffered gemm_xyT
 
@@ -126,7 +136,7 @@ def mma(acc, a, b0, b1):  # acc (32, 4) += A (16x16, fragments a (32,4,2)) . B (
     acc[:, 3] += C[g + 8, 2 * t4 + 1]
 
 
-def gemm_xyT(sm, sX, x_row0, sY, y_row0, NCOLS):  # kernel.cuh gemm_xyT<kBf16, D, NCOLS, MR>
+def gemm_xyT(sm, sX, x_row0, sY, y_row0, NCOLS, bcheck=None):  # kernel.cuh gemm_xyT<kBf16, D, NCOLS, MR>
     acc = np.zeros((32, MR * NCOLS // 8, 4))
     a_addr = sX + (x_row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (((lane >> 4) ^ (lane & 7)) << 4)
     b_addr = sY + (y_row0 + (lane & 7) + (lane >> 4) * 8) * (D * 2) + ((((lane >> 3) & 1) ^ (lane & 7)) << 4)
@@ -135,7 +145,7 @@ def gemm_xyT(sm, sX, x_row0, sY, y_row0, NCOLS):  # kernel.cuh gemm_xyT<kBf16, D
 
         def load(kk, buf):
             for m in range(MR): ra[buf][m] = sm.ldmatrix(chunk_at(a_addr + m * 16 * (D * 2), kk * 2), False)
-            for np_ in range(NCOLS // 16): rb[buf][np_] = sm.ldmatrix(chunk_at(b_addr + np_ * 16 * (D * 2), kk * 2), False)
+            for np_ in range(NCOLS // 16): rb[buf][np_] = sm.ldmatrix(chunk_at(b_addr + np_ * 16 * (D * 2), kk * 2), False, bcheck)
         load(0, 0)
         for kk in range(D // 16):
             if kk + 1 < D // 16: load(kk + 1, (kk + 1) & 1)
@@ -148,14 +158,14 @@ def gemm_xyT(sm, sX, x_row0, sY, y_row0, NCOLS):  # kernel.cuh gemm_xyT<kBf16, D
     for kk in range(D // 16):
         a = [sm.ldmatrix(chunk_at(a_addr + m * 16 * (D * 2), kk * 2), False) for m in range(MR)]
         for np_ in range(NCOLS // 16):
-            b = sm.ldmatrix(chunk_at(b_addr + np_ * 16 * (D * 2), kk * 2), False)
+            b = sm.ldmatrix(chunk_at(b_addr + np_ * 16 * (D * 2), kk * 2), False, bcheck)
             for m in range(MR):
                 mma(acc[:, m * (NCOLS // 8) + 2 * np_], a[m], b[:, 0], b[:, 1])
                 mma(acc[:, m * (NCOLS // 8) + 2 * np_ + 1], a[m], b[:, 2], b[:, 3])
     return acc
 
 
-def gemm_sy(sm, acc, sA, a_row0, sY, col0, check):  # kernel.cuh gemm_sy<kBf16, D, Br, kDCols, MR>
+def gemm_sy(sm, acc, sA, a_row0, sY, col0, check, bcheck=None):  # kernel.cuh gemm_sy<kBf16, D, Br, kDCols, MR>
     KROWS, NCOLS = Br, kDCols
     r = a_row0 + (lane & 7) + ((lane >> 3) & 1) * 8
     if BREAK == "sy_swizzle":
@@ -166,7 +176,7 @@ def gemm_sy(sm, acc, sA, a_row0, sY, col0, check):  # kernel.cuh gemm_sy<kBf16, 
     for t in range(KROWS // 16):
         a = [sm.ldmatrix(chunk_at(a_addr + m * 16 * (KROWS * 2), 2 * t), False, check) for m in range(MR)]
         for np_ in range(NCOLS // 16):
-            b = sm.ldmatrix(chunk_at(b_addr + t * 16 * (D * 2), np_ * 2), True)
+            b = sm.ldmatrix(chunk_at(b_addr + t * 16 * (D * 2), np_ * 2), True, bcheck)
             for m in range(MR):
                 mma(acc[:, m * (NCOLS // 8) + 2 * np_], a[m], b[:, 0], b[:, 1])
                 mma(acc[:, m * (NCOLS // 8) + 2 * np_ + 1], a[m], b[:, 2], b[:, 3])
@@ -282,19 +292,32 @@ def run(case):
             load_tile(sm, kOffV, Bc, V[hkv], kv0, kv1 - kv0, -1)
             dv_acc = np.zeros((kWarps, 32, MR * kDCols // 8, 4))
             dk_acc = np.zeros((kWarps, 32, MR * kDCols // 8, 4))
+            stage_item = [None] * STAGES
+
+            def load_item(item, st):  # kernel.cuh load_item: Q, dO, LSE, D of `item` into stage st
+                h = h0 + item // n_tiles
+                q0 = (it0 + item % n_tiles) * Br
+                valid = q_len - q0
+                load_tile(sm, kOffQ + st * kStage, Br, Q[h], q0, valid, -(100 + item))
+                load_tile(sm, kOffDO + st * kStage, Br, dO[h], q0, valid, -(100 + item))
+                for r in range(Br):
+                    lse_s[st, r] = lse2[h, q0 + r] if r < valid else 0.0
+                    del_s[st, r] = dsum[h, q0 + r] if r < valid else 0.0
+                stage_item[st] = item
+
+            if n_items > 0: load_item(0, 0)
+            if STAGES == 2 and n_items > 1: load_item(1, 1)
             for item in range(n_items):
                 step += 1
                 st = item & 1 if STAGES == 2 else 0
                 h = h0 + item // n_tiles
                 it = it0 + item % n_tiles
                 q0 = it * Br
-                valid = q_len - q0
                 sQ, sDO = kOffQ + st * kStage, kOffDO + st * kStage
-                load_tile(sm, sQ, Br, Q[h], q0, valid, step)
-                load_tile(sm, sDO, Br, dO[h], q0, valid, step)
-                for r in range(Br):
-                    lse_s[st, r] = lse2[h, q0 + r] if r < valid else 0.0
-                    del_s[st, r] = dsum[h, q0 + r] if r < valid else 0.0
+
+                def tile_check(slots, item=item):
+                    assert np.all(sm.step[slots] == -(100 + item)), "Q/dO of another step read"
+                assert stage_item[st] == item, "LSE/D of another step read"
                 ds_off = kOffDS + st * kStage
                 need_mask = kv1 < kv0 + Bc or not mask.fully_visible(q0, min(q0 + Br, q_len), kv0, kv1)
                 general = need_mask or cap > 0
@@ -308,10 +331,24 @@ def run(case):
                 def atom_off(fo, m, n):
                     return (fo ^ (n << 4)) + (0 if BREAK == "pt_atom" else m * 16 * (Br * 2))
 
-                # S^T, P^T (each warp), P^T -> smem
+                def store_pt(w, fo, s):  # P^T -> smem (kernel.cuh front(): store_pt)
+                    for m in range(MR):
+                        for n in range(kQCols // 8):
+                            i = m * (kQCols // 8) + n
+                            off = atom_off(fo, m, n)
+                            sm.store32(kOffPT + off, s[:, i, 0], s[:, i, 1], step, w)
+                            sm.store32(kOffPT + off + 8 * Br * 2, s[:, i, 2], s[:, i, 3], step, w)
+
+                def pair_check(w):
+                    def chk(slots):
+                        assert np.all(sm.step[slots] == step), "A operand not written this step"
+                        assert np.all(sm.warp[slots] % kWarpsKV == w % kWarpsKV), "A operand from outside the warp pair"
+                    return chk
+
+                # per warp: S^T, P, dP^T, dS (own P from registers), then P^T and dS^T -> smem
                 for w in range(kWarps):
                     kvg, kv_row_w, q_col_w, d_col_w, fo = roles[w]
-                    s = gemm_xyT(sm, kOffK, kv_row_w, sQ, q_col_w, kQCols)
+                    s = gemm_xyT(sm, kOffK, kv_row_w, sQ, q_col_w, kQCols, tile_check)
                     for n in range(kQCols // 8):
                         for e in range(2):
                             col = q_col_w + n * 8 + 2 * t4 + e
@@ -332,33 +369,15 @@ def run(case):
                                         pv = np.exp2(v - l2)
                                     pv = np.where(np.isfinite(l2), pv, 0.0)  # exp2(-inf) = 0
                                     s[:, i, 2 * hr + e] = np.where(vis0 if hr == 0 else vis1, pv, 0.0)
-                    for m in range(MR):
-                        for n in range(kQCols // 8):
-                            i = m * (kQCols // 8) + n
-                            off = atom_off(fo, m, n)
-                            sm.store32(kOffPT + off, s[:, i, 0], s[:, i, 1], step, w)
-                            sm.store32(kOffPT + off + 8 * Br * 2, s[:, i, 2], s[:, i, 3], step, w)
-
-                def pair_check(w):
-                    def chk(slots):
-                        assert np.all(sm.step[slots] == step), "A operand not written this step"
-                        assert np.all(sm.warp[slots] % kWarpsKV == w % kWarpsKV), "A operand from outside the warp pair"
-                    return chk
-
-                # pair barrier; dV += P^T dO; dP^T; dS^T (own P^T read back) -> smem
-                for w in range(kWarps):
-                    kvg, kv_row_w, q_col_w, d_col_w, fo = roles[w]
-                    gemm_sy(sm, dv_acc[w], kOffPT, kv_row_w, sDO, d_col_w, pair_check(w))
-                dp_all = []
-                for w in range(kWarps):
-                    kvg, kv_row_w, q_col_w, d_col_w, fo = roles[w]
-                    dp = gemm_xyT(sm, kOffV, kv_row_w, sDO, q_col_w, kQCols)
+                    # the sm_80 build's general copy stores P^T before the dP^T GEMM (kEarlyPT);
+                    # Cfg<128, 1>'s on every arch (kRegMeasures)
+                    early_pt = (DOUBLE_BUFFER or STAGES == 1) and general
+                    if early_pt:
+                        store_pt(w, fo, s)
+                    dp = gemm_xyT(sm, kOffV, kv_row_w, sDO, q_col_w, kQCols, tile_check)
                     for i in range(MR * kQCols // 8):
                         m, n = i // (kQCols // 8), i % (kQCols // 8)
-                        off = atom_off(fo, m, n)
-                        pf = [sm.load32(kOffPT + off), sm.load32(kOffPT + off + 8 * Br * 2)]
-                        for o in (off, off + 8 * Br * 2):
-                            assert np.all(sm.warp[(kOffPT + o) // 2] == w), "dS step reads another warp's P^T"
+                        pf = [(s[:, i, 0], s[:, i, 1]), (s[:, i, 2], s[:, i, 3])]  # pk[i][hr], this thread's
                         for e in range(2):
                             col = q_col_w + n * 8 + 2 * t4 + e
                             de = del_s[st, col]
@@ -371,21 +390,26 @@ def run(case):
                                         tt = (np.log2(np.where(pos, pv, 1.0)) + lse_s[st, col]) * (math.log(2) / cap)
                                     ds = np.where(pos, ds * (1.0 - tt * tt), ds)
                                 dp[:, i, 2 * hr + e] = ds
-                    dp_all.append(dp)
-                for w in range(kWarps):  # stores after every warp's read-back: P^T and dS^T differ
-                    kvg, kv_row_w, q_col_w, d_col_w, fo = roles[w]
+                    if not early_pt:
+                        store_pt(w, fo, s)
                     for m in range(MR):
                         for n in range(kQCols // 8):
                             i = m * (kQCols // 8) + n
                             off = atom_off(fo, m, n)
-                            sm.store32(ds_off + off, dp_all[w][:, i, 0], dp_all[w][:, i, 1], step, w)
-                            sm.store32(ds_off + off + 8 * Br * 2, dp_all[w][:, i, 2], dp_all[w][:, i, 3], step, w)
-                # pair barrier; dK += dS^T Q
+                            sm.store32(ds_off + off, dp[:, i, 0], dp[:, i, 1], step, w)
+                            sm.store32(ds_off + off + 8 * Br * 2, dp[:, i, 2], dp[:, i, 3], step, w)
+                if BREAK == "prefetch_early" and item + STAGES < n_items:
+                    load_item(item + STAGES, st)
+                # pair barrier; dV += P^T dO, dK += dS^T Q
                 for w in range(kWarps):
                     kvg, kv_row_w, q_col_w, d_col_w, fo = roles[w]
-                    gemm_sy(sm, dk_acc[w], ds_off, kv_row_w, sQ, d_col_w, pair_check(w))
+                    gemm_sy(sm, dv_acc[w], kOffPT, kv_row_w, sDO, d_col_w, pair_check(w), tile_check)
+                    gemm_sy(sm, dk_acc[w], ds_off, kv_row_w, sQ, d_col_w, pair_check(w), tile_check)
 
-                # barrier B(i); dQ_i += dS K_j, 2 x 4 warps of 32 x 32
+                # barrier B(i); Stages = 1: item i+1 into stage 0 (before the dQ GEMM)
+                if STAGES == 1 and item + 1 < n_items and BREAK != "prefetch_early":
+                    load_item(item + 1, 0)
+                # dQ_i += dS K_j, 2 x 4 warps of 32 x 32
                 def step_check(slots):
                     assert np.all(sm.step[slots] == step), "dQ reads dS^T of another step"
                 for w in range(kWarps):
@@ -406,6 +430,8 @@ def run(case):
                             for mq in range(MQ):
                                 mma(dq[:, mq * (kN // 8) + 2 * np_], a[mq], bb[:, 0], bb[:, 1])
                                 mma(dq[:, mq * (kN // 8) + 2 * np_ + 1], a[mq], bb[:, 2], bb[:, 3])
+                    if STAGES == 2 and w == kWarps - 1 and item + 2 < n_items and BREAK != "prefetch_early":
+                        load_item(item + 2, st ^ 1 if BREAK == "prefetch_stage" else st)  # after the dQ GEMM
                     acc_base = (h * q_len + q0) * D  # (h * total_q + q_gr0 + q0) * D, one batch
                     for mq in range(MQ):
                         for hr in range(2):
@@ -463,6 +489,8 @@ def main():
     ap.add_argument("--sm80", action="store_true", help="the sm_80 build's double-buffered gemm_xyT order")
     ap.add_argument("--compact", action="store_true", help="Cfg<128, 1>: Stages = 1 (read at import)")
     a = ap.parse_args()
+    if a.brk == "prefetch_stage" and STAGES == 1:
+        ap.error("--break prefetch_stage needs two stages (not --compact)")
     global DOUBLE_BUFFER
     BREAK, DOUBLE_BUFFER = a.brk, a.sm80
     print("gemm_xyT order:", "sm_80 build (double-buffered)" if DOUBLE_BUFFER else "sm_90 build (plain loop)")

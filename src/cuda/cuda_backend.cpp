@@ -1,5 +1,6 @@
 // The CUDA backend's entry points (see cuda_backend.h): what is supported, and the forward.
 // The backward's supports_backward / attention_backward live with it in sm80/backward/.
+#include "cuda/common/device_limits.h"
 #include "cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -73,13 +74,10 @@ bool supports_forward(const AttentionParams& p, std::string* why) {
   for (const auto& [t, name] : inputs)
     if (!strides_ok(*t, name, in_bytes, why)) return false;
   if (!strides_ok(p.o, "out", 2, why)) return false;
-  int major = 0, optin = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return fail(why, "device: expected a usable CUDA device, got cuda:" + std::to_string(p.device.index) +
-                         " whose attributes cannot be read");
-  }
+  DeviceLimits dev;
+  std::string unreadable;
+  if (!read_device_limits(p.device.index, &dev, &unreadable)) return fail(why, unreadable);
+  const int major = dev.major, optin = dev.smem_optin;
   if (major < 8)
     return fail(why, "device: expected compute capability >= 8.0, got " + std::to_string(major) + ".x");
   const int smem = sm80::forward_smem_bytes(p.head_dim);

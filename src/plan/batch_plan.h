@@ -5,7 +5,10 @@
 // Work decomposition (FlashInfer-style):
 //   - Request b's query rows are cut into Q tiles of `q_tile_rows` rows; one work item serves a
 //     tile for ONE kv head and ALL query heads of that head's GQA group (rows x group query
-//     vectors share every K/V load).
+//     vectors share every K/V load). q_tile_rows = packed_q_rows(head_dim) / group: 128 packed
+//     vectors at head_dim <= 128 (the CUDA kernel runs them as two 64-vector row blocks in one
+//     pass over K/V, docs/perf/mixed_batch.md), 64 at head_dim 256. A request's last tile
+//     keeps its remainder of rows; what a tile is depends on the request and the config only.
 //   - A tile's visible keys (mask.h: union over its rows, so causal tiles skip the masked
 //     upper triangle) are cut into KV chunks of `chunk` tokens, aligned at the tile's first
 //     visible key. One chunk: the item writes out/lse directly. Several: each item writes an
@@ -60,7 +63,11 @@ namespace tessera::plan {
 
 inline constexpr std::uint32_t kPlanMagic = 0x31504254u;  // "TBP1"
 inline constexpr std::uint32_t kPlanVersion = 1;
-inline constexpr int kPackedQRows = 64;  // target query vectors (rows x group) per item
+// Target query vectors (rows x group) per work item: 128 at head_dim <= 128 (two 64-vector
+// row blocks that share every K/V tile on CUDA), 64 at head_dim 256 (where one block already
+// takes 128 fp32 accumulators per thread). Host and device (the CUDA kernel's unit size).
+inline constexpr int kPackedQRowsMax = 128;
+constexpr int packed_q_rows(int head_dim) { return head_dim <= 128 ? kPackedQRowsMax : 64; }
 inline constexpr int kKVTile = 64;       // KV tokens per tile; automatic chunks are multiples
 inline constexpr int kMinSplitSlots = 64;  // default room: (tile, chunk) pairs of full tiles
 // Resident CTAs per SM of the decode-shaped CUDA instance (cuda/batch/kernel_traits.cuh,
@@ -133,7 +140,7 @@ struct WorkspaceLayout {
                q_tile_rows = 0, heads_q = 0, head_dim = 0;
 };
 
-int q_tile_rows(int heads_q, int heads_kv);
+int q_tile_rows(int heads_q, int heads_kv, int head_dim);
 int default_partial_rows(const PlanConfig& cfg);
 WorkspaceLayout layout_for_partial_rows(const PlanConfig& cfg, std::int64_t partial_rows);
 // The layout a workspace of `bytes` gets: the most partial rows that fit (at least the

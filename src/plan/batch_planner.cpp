@@ -206,22 +206,27 @@ PlanConfig make_plan_config(const BatchConfig& config, const DeviceFacts& facts)
   return c;
 }
 
-int q_tile_rows(int heads_q, int heads_kv) {
+int q_tile_rows(int heads_q, int heads_kv, int head_dim) {
   const int group = heads_q / std::max(1, heads_kv);
-  return std::max(1, kPackedQRows / std::max(1, group));
+  return std::max(1, packed_q_rows(head_dim) / std::max(1, group));
 }
 
 int default_partial_rows(const PlanConfig& cfg) {
-  // Automatic mode keeps its items near 2 * num_sms; room for 4 * num_sms full-tile items'
-  // partials leaves slack for the rounding of chunk sizes.
+  // Automatic mode keeps its items near 2 * num_sms; room for 4 * num_sms items' partials of
+  // 64 packed vectors each leaves slack for the rounding of chunk sizes. Counted in 64-vector
+  // tiles at every head dim (the size before tiles of 128 vectors): the default workspace
+  // did not grow with them; a split of 128-vector tiles then has room for 2 * num_sms items
+  // (the automatic search picks its chunk within the room; decode rows take 1 row a slot).
   const std::int64_t slots =
       std::clamp<std::int64_t>(ceil_div(4LL * cfg.num_sms, std::max(1, cfg.heads_kv)), kMinSplitSlots, 1 << 20);
-  return static_cast<int>(std::min<std::int64_t>(slots * q_tile_rows(cfg.heads_q, cfg.heads_kv), 1 << 26));
+  const int group = cfg.heads_q / std::max(1, cfg.heads_kv);
+  const std::int64_t rows_per_slot = std::max(1, 64 / std::max(1, group));
+  return static_cast<int>(std::min<std::int64_t>(slots * rows_per_slot, 1 << 26));
 }
 
 WorkspaceLayout layout_for_partial_rows(const PlanConfig& cfg, std::int64_t rows) {
   WorkspaceLayout l;
-  const std::int64_t t = q_tile_rows(cfg.heads_q, cfg.heads_kv);
+  const std::int64_t t = q_tile_rows(cfg.heads_q, cfg.heads_kv, cfg.head_dim);
   const std::int64_t max_tiles = (cfg.max_q_tokens + static_cast<std::int64_t>(cfg.max_requests) * (t - 1)) / t;
   // Keep every index of the plan within int32.
   const std::int64_t row_cap = INT32_MAX / std::max(cfg.heads_kv, 1) - max_tiles;
@@ -268,11 +273,15 @@ WorkspaceLayout workspace_layout(const PlanConfig& cfg, std::size_t bytes) {
   const std::uint64_t per_row = sizeof(WorkItem) * static_cast<std::uint64_t>(cfg.heads_kv) + sizeof(std::int32_t) +
                                 sizeof(float) * static_cast<std::uint64_t>(cfg.heads_q) *
                                     (1 + static_cast<std::uint64_t>(cfg.head_dim));
-  for (std::int64_t rows = def + static_cast<std::int64_t>((bytes - l.total_bytes) / per_row); rows > def; --rows) {
-    const WorkspaceLayout m = layout_for_partial_rows(cfg, rows);
-    if (m.total_bytes <= bytes) return m;
-  }
-  return l;
+  // The estimate can be off by a row either way (each region is padded to its alignment), so
+  // walk down until it fits, then up while the next row still fits: a workspace of exactly
+  // layout_for_partial_rows(R).total_bytes (what plan() asks for) must give R rows.
+  std::int64_t rows = def + static_cast<std::int64_t>((bytes - l.total_bytes) / per_row);
+  while (rows > def && layout_for_partial_rows(cfg, rows).total_bytes > bytes) --rows;
+  while (layout_for_partial_rows(cfg, rows + 1).total_bytes <= bytes &&
+         layout_for_partial_rows(cfg, rows + 1).max_partial_rows == rows + 1)
+    ++rows;
+  return rows > def ? layout_for_partial_rows(cfg, rows) : l;
 }
 
 PlanView plan_view(void* base, const WorkspaceLayout& l) {

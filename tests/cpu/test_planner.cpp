@@ -46,7 +46,7 @@ BatchConfig config(int hq, int hkv, SplitPolicy split = {}, int page_size = 16, 
   BatchConfig c;
   c.heads_q = hq;
   c.heads_kv = hkv;
-  c.head_dim = 8;  // the plan does not depend on it; small keeps big split regions cheap
+  c.head_dim = 8;  // <= 128: tiles of 128 packed vectors; small keeps big split regions cheap
   c.dtype = DType::bf16;
   c.page_size = page_size;
   c.options.causal = causal;
@@ -220,8 +220,8 @@ TEST(Planner, CoversEveryVisibleKeyOncePerRow) {
 TEST(Planner, DisabledIsOneChunkPerTile) {
   const std::vector<std::int32_t> q{1, 100, 0, 3}, kv{5000, 100, 20, 3};
   Planned p = make_plan(config(8, 2, disabled()), 132, q, kv);
-  const int tiles = 1 + (100 + 15) / 16 + 0 + 1;  // q_tile_rows = 64 / group 4 = 16
-  EXPECT_EQ(p.layout.q_tile_rows, 16);
+  const int tiles = 1 + (100 + 31) / 32 + 0 + 1;  // q_tile_rows = 128 / group 4 = 32
+  EXPECT_EQ(p.layout.q_tile_rows, 32);
   EXPECT_EQ(p.summary.num_items, tiles * 2);
   EXPECT_EQ(p.summary.num_merge_rows, 0);
   EXPECT_EQ(p.summary.chunk_tokens, 0);
@@ -374,6 +374,29 @@ TEST(Planner, AutomaticNeverOutgrowsTheDefaultWorkspace) {
   }
 }
 
+// plan() names the bytes a fixed split needs ("at least N bytes for R partial rows"): a
+// workspace of exactly layout_for_partial_rows(R).total_bytes must then hold R rows, whatever
+// the regions' alignment padding does to the per-row estimate (it once gave R - 1).
+TEST(Planner, WorkspaceOfTheNamedSizeHoldsTheNamedRows) {
+  for (auto [hq, hkv, d] : {std::tuple{24, 8, 128}, std::tuple{32, 8, 128}, std::tuple{8, 8, 64},
+                            std::tuple{8, 2, 256}, std::tuple{7, 1, 64}, std::tuple{256, 1, 128}}) {
+    BatchConfig c = config(hq, hkv);
+    c.head_dim = d;
+    c.max_requests = 15;
+    c.max_q_tokens = 700;
+    const plan::PlanConfig cfg = plan::make_plan_config(c, DeviceFacts{Device::cpu(), 132});
+    const int def = plan::default_partial_rows(cfg);
+    for (std::int64_t rows = def; rows < def + 3000; rows += 1 + rows % 7) {
+      const std::size_t bytes = plan::layout_for_partial_rows(cfg, rows).total_bytes;
+      const plan::WorkspaceLayout got = plan::workspace_layout(cfg, bytes);
+      ASSERT_EQ(got.max_partial_rows, rows) << "hq " << hq << " hkv " << hkv << " d " << d << " bytes " << bytes;
+      ASSERT_LE(got.total_bytes, bytes);
+      // One byte less no longer holds them (below the default size plan() refuses instead).
+      if (rows > def) EXPECT_LT(plan::workspace_layout(cfg, bytes - 1).max_partial_rows, rows);
+    }
+  }
+}
+
 TEST(Planner, SplitRowsMergeTheirChunksInKvOrder) {
   Planned p = make_plan(config(4, 2, fixed(10)), 1, {2}, {25});
   plan::PlanView v = p.view();
@@ -396,14 +419,141 @@ TEST(Planner, SplitRowsMergeTheirChunksInKvOrder) {
 }
 
 TEST(Planner, CausalTilesSkipTheMaskedTriangle) {
-  // 64 query rows over 64 keys, causal, GQA 8 (q_tile_rows 8): tile t sees keys [0, 8 (t + 1)).
+  // 64 query rows over 64 keys, causal, GQA 8 (q_tile_rows 16): tile t sees keys [0, 16 (t + 1)).
   Planned p = make_plan(config(8, 1, disabled(), 16, true), 1, {64}, {64});
   plan::PlanView v = p.view();
-  ASSERT_EQ(v.header->num_items, 8);
-  for (int t = 0; t < 8; ++t) {
+  ASSERT_EQ(v.header->num_items, 4);
+  for (int t = 0; t < 4; ++t) {
     EXPECT_EQ(v.items[t].kv_begin, 0);
-    EXPECT_EQ(v.items[t].kv_end, 8 * (t + 1));
+    EXPECT_EQ(v.items[t].kv_end, 16 * (t + 1));
   }
+}
+
+// A work item covers packed_q_rows(head_dim) query vectors (rows x group): 128 at head_dim
+// <= 128 (two 64-vector row blocks that share each K/V tile on CUDA), 64 at 256.
+TEST(Planner, TileRowsFollowHeadDimAndGroup) {
+  EXPECT_EQ(plan::packed_q_rows(64), 128);
+  EXPECT_EQ(plan::packed_q_rows(128), 128);
+  EXPECT_EQ(plan::packed_q_rows(256), 64);
+  struct Case { int hq, hkv, d, rows; };
+  for (const Case c : {Case{32, 8, 128, 32}, Case{32, 8, 64, 32}, Case{32, 8, 256, 16}, Case{8, 8, 128, 128},
+                       Case{8, 8, 256, 64}, Case{24, 8, 128, 42}, Case{24, 8, 256, 21}, Case{128, 1, 64, 1},
+                       Case{256, 1, 128, 1}, Case{64, 1, 256, 1}}) {
+    SCOPED_TRACE("hq " + std::to_string(c.hq) + " hkv " + std::to_string(c.hkv) + " d " + std::to_string(c.d));
+    EXPECT_EQ(plan::q_tile_rows(c.hq, c.hkv, c.d), c.rows);
+    BatchConfig cfg = config(c.hq, c.hkv, disabled());
+    cfg.head_dim = c.d;
+    Planned p = make_plan(cfg, 132, {300}, {400});
+    EXPECT_EQ(p.layout.q_tile_rows, c.rows);
+    EXPECT_EQ(p.summary.num_tiles, (300 + c.rows - 1) / c.rows);
+    check_plan(p, {300}, {400});
+  }
+  // The default workspace is sized as with 64-vector tiles (it did not grow with the tiles).
+  for (int d : {64, 128, 256}) {
+    BatchConfig cfg = config(32, 8);
+    cfg.head_dim = d;
+    const plan::PlanConfig pc = plan::make_plan_config(cfg, DeviceFacts{Device::cpu(), 132});
+    EXPECT_EQ(plan::default_partial_rows(pc), 66 * 16) << d;  // ceil(4 x 132 / 8) slots x 64 / 4
+  }
+}
+
+// The bench case of docs/perf/mixed_batch.md: 8 prefill chunks of 512 rows at the end of a
+// 4096-token context and 128 decode tokens at 4096, causal, GQA 32/8, head_dim 128: items of
+// 32 query rows (128 vectors), 16 per (chunk, kv head), each up to its last row's diagonal;
+// decode tokens stay one item each; nothing is split (2048 items >= 264 slots).
+TEST(Planner, BenchCaseTilesOf32RowsWithCausalTails) {
+  BatchConfig c = config(32, 8, {}, 16, true);
+  c.head_dim = 128;
+  c.max_requests = 136;
+  c.max_q_tokens = 8 * 512 + 128;
+  std::vector<std::int32_t> q(136, 1), kv(136, 4096);
+  for (int b = 0; b < 8; ++b) q[static_cast<std::size_t>(b)] = 512;
+  Planned p = make_plan(c, 132, q, kv);
+  check_plan(p, q, kv);
+  EXPECT_EQ(p.summary.num_items, 8 * 16 * 8 + 128 * 8);
+  EXPECT_EQ(p.summary.chunk_tokens, 0);
+  const plan::PlanView v = p.view();
+  for (int i = 0; i < 8 * 16 * 8; ++i) {
+    const plan::WorkItem& it = v.items[i];
+    const int u = (i / 8) % 16;  // items of one tile: kv heads 0..7 in a row
+    EXPECT_EQ(it.request, i / (16 * 8));
+    EXPECT_EQ(it.kv_head, i % 8);
+    EXPECT_EQ(it.q_begin, 32 * u);
+    EXPECT_EQ(it.q_end, 32 * u + 32);
+    EXPECT_EQ(it.kv_begin, 0);
+    EXPECT_EQ(it.kv_end, 4096 - 512 + 32 * u + 32);  // the tile's last row's diagonal
+    EXPECT_EQ(it.partial_row, plan::kDirect);
+  }
+  for (int i = 8 * 16 * 8; i < p.summary.num_items; ++i) {
+    EXPECT_EQ(v.items[i].q_end - v.items[i].q_begin, 1);
+    EXPECT_EQ(v.items[i].kv_end, 4096);
+  }
+}
+
+// Requests with fewer rows than two 64-vector blocks, odd counts and tails: the last tile of a
+// request keeps the remainder (a tail of <= 16 vectors is decode-shaped on CUDA, as before).
+TEST(Planner, ShortRequestsAndTails) {
+  BatchConfig c = config(32, 8, disabled(), 16, true);
+  c.head_dim = 128;
+  const std::vector<std::int32_t> q{1, 4, 5, 16, 17, 31, 32, 33, 36, 37, 64, 65, 97}, kv(q.size(), 700);
+  Planned p = make_plan(c, 132, q, kv);
+  check_plan(p, q, kv);
+  const plan::PlanView v = p.view();
+  int i = 0;
+  for (std::size_t b = 0; b < q.size(); ++b)
+    for (int q0 = 0; q0 < q[b]; q0 += 32) {
+      const int q1 = std::min(q[b], q0 + 32);
+      for (int h = 0; h < 8; ++h, ++i) {
+        ASSERT_LT(i, p.summary.num_items);
+        EXPECT_EQ(v.items[i].request, static_cast<int>(b));
+        EXPECT_EQ(v.items[i].q_begin, q0);
+        EXPECT_EQ(v.items[i].q_end, q1);
+        EXPECT_EQ(v.items[i].kv_end, 700 - q[b] + q1);
+      }
+    }
+  EXPECT_EQ(i, p.summary.num_items);
+}
+
+// With SplitPolicy::disabled or fixed a request's items (its tiles, KV ranges and chunks)
+// depend on that request alone, not on the rest of the batch (batch.h): the same items alone
+// and among others, up to the request index and the partial rows' base.
+TEST(Planner, DisabledAndFixedItemsDoNotDependOnTheBatch) {
+  auto rng = fresh_rng();
+  struct MaskCase { bool causal; int left, right; };
+  for (const SplitPolicy pol : {disabled(), fixed(64), fixed(100)})
+    for (const MaskCase m : {MaskCase{true, -1, -1}, MaskCase{true, 40, -1}, MaskCase{false, 20, 3}})
+      for (int d : {128, 256}) {
+        BatchConfig c = config(8, 2, pol, 16, m.causal, m.left, m.right);  // group 4 (small partial rows)
+        c.head_dim = d;
+        c.max_requests = 32;  // small workspaces: the plans are what is compared
+        c.max_q_tokens = 1024;
+        const std::vector<std::int32_t> mine_q{1, 17, 33, 70, 129}, mine_kv{300, 17, 500, 90, 1000};
+        for (std::size_t r = 0; r < mine_q.size(); ++r) {
+          Planned alone = make_plan(c, 4, {mine_q[r]}, {mine_kv[r]}, true);
+          std::vector<std::int32_t> q = random_lens(rng, 20, 0, 40), kv = random_lens(rng, 20, 0, 400);
+          const int at = static_cast<int>(rng() % 20);
+          q[static_cast<std::size_t>(at)] = mine_q[r];
+          kv[static_cast<std::size_t>(at)] = mine_kv[r];
+          Planned mixed = make_plan(c, 4, q, kv, true);
+          check_plan(mixed, q, kv);
+          std::vector<plan::WorkItem> a, b;
+          for (int i = 0; i < alone.summary.num_items; ++i) a.push_back(alone.view().items[i]);
+          for (int i = 0; i < mixed.summary.num_items; ++i)
+            if (mixed.view().items[i].request == at) b.push_back(mixed.view().items[i]);
+          ASSERT_EQ(a.size(), b.size());
+          for (std::size_t i = 0; i < a.size(); ++i) {
+            SCOPED_TRACE("policy " + std::to_string(static_cast<int>(pol.mode)) + " d " + std::to_string(d) +
+                         " request " + std::to_string(r) + " item " + std::to_string(i));
+            EXPECT_EQ(a[i].kv_head, b[i].kv_head);
+            EXPECT_EQ(a[i].q_begin, b[i].q_begin);
+            EXPECT_EQ(a[i].q_end, b[i].q_end);
+            EXPECT_EQ(a[i].kv_begin, b[i].kv_begin);
+            EXPECT_EQ(a[i].kv_end, b[i].kv_end);
+            EXPECT_EQ(a[i].chunk, b[i].chunk);
+            EXPECT_EQ(a[i].partial_row == plan::kDirect, b[i].partial_row == plan::kDirect);
+          }
+        }
+      }
 }
 
 TEST(Planner, DeterministicPlans) {

@@ -140,6 +140,10 @@ std::vector<CaseSpec> grid() {
       ragged(f16, {0, 1023, 17}, {0, 113, 113}, 2, 1, 64, opts(false)),
       ragged(bf16, {33, 0}, {65, 0}, 4, 4, 256, opts(true), 8),
       ragged(bf16, {200, 129, 64}, {64, 300, 129}, 4, 2, 128, opts(true), 8),
+      // sm80 d128 prefetch edges (step i+2's tiles are issued after step i's dQ GEMM): 2 query
+      // tiles per CTA (no prefetch in the loop), 3 (exactly one, with softcap: the general copy).
+      dense(bf16, 1, 100, 100, 2, 2, 128, opts(false)),
+      dense(f16, 1, 150, 150, 1, 1, 128, opts(false, -1, -1, 4.0f)),
       // The sm90 kernel's own tile edges. d64 walks query tiles of 128 rows (sm80: 64): lengths
       // around 128 and 256, causal with GQA; window + softcap with seq_q > seq_k.
       dense(bf16, 2, 129, 255, 4, 2, 64, opts(true)),

@@ -105,6 +105,26 @@ struct Problem {
       : spec(s), cu_q(other.cu_q), cu_k(other.cu_k), q(other.q), k(other.k), v(other.v) {
     build_cache(rng);
   }
+  // Request `request` of `whole` alone (its q, k and v values; a cache of its own).
+  Problem(const Problem& whole, int request, std::mt19937_64& rng) : spec(whole.spec) {
+    const auto r = static_cast<std::size_t>(request);
+    spec.q_lens = {whole.spec.q_lens[r]};
+    spec.kv_lens = {whole.spec.kv_lens[r]};
+    cu_q = {0, spec.q_lens[0]};
+    cu_k = {0, spec.kv_lens[0]};
+    q = HostTensor(spec.dtype, {cu_q.back(), spec.heads_q, spec.head_dim}, spec.row_pad);
+    k = HostTensor(spec.dtype, {cu_k.back(), spec.heads_kv, spec.head_dim});
+    v = HostTensor(spec.dtype, {cu_k.back(), spec.heads_kv, spec.head_dim});
+    // Rows [first, first + to's rows) of `from` (same heads and head_dim; values exact).
+    auto copy_rows = [](const HostTensor& from, std::int64_t first, HostTensor& to) {
+      const std::int64_t per_row = to.shape()[1] * to.shape()[2];
+      for (std::int64_t i = 0; i < to.numel(); ++i) to.set(i, from.get(first * per_row + i));
+    };
+    copy_rows(whole.q, whole.cu_q[r], q);
+    copy_rows(whole.k, whole.cu_k[r], k);
+    copy_rows(whole.v, whole.cu_k[r], v);
+    build_cache(rng);
+  }
 
   void build_cache(std::mt19937_64& rng) {
     const Spec& s = spec;
@@ -208,8 +228,8 @@ DeviceFacts cuda_facts() { return query_device(Device::cuda(0)); }
 
 // Workspace bytes for a problem: the default size, or what plan() asks for when small fixed
 // chunks need more partial rows (the same bytes for CUDA and CPU give the same plan).
-std::size_t workspace_bytes(const Problem& pr) {
-  const BatchConfig c = pr.config();
+std::size_t workspace_bytes(const Problem& pr, int max_requests = 0, int max_q_tokens = 0) {
+  const BatchConfig c = pr.config(max_requests, max_q_tokens);
   const DeviceFacts facts{Device::cpu(), cuda_facts().num_sms};
   const std::size_t bytes = BatchAttention::workspace_size(c, facts);
   HostBytes ws(bytes);
@@ -226,12 +246,13 @@ std::size_t workspace_bytes(const Problem& pr) {
   return bytes;
 }
 
-// Plan and run on CUDA (workspace, q, cache, table, out, lse all in device memory).
-Outputs run_cuda(const Problem& pr, const ExecutionContext& ctx) {
+// Plan and run on CUDA (workspace, q, cache, table, out, lse all in device memory); capacities
+// at least (max_requests, max_q_tokens) when given.
+Outputs run_cuda(const Problem& pr, const ExecutionContext& ctx, int max_requests = 0, int max_q_tokens = 0) {
   const Spec& s = pr.spec;
-  const BatchConfig c = pr.config();
+  const BatchConfig c = pr.config(max_requests, max_q_tokens);
   const DeviceFacts facts = cuda_facts();
-  DeviceBytes ws(workspace_bytes(pr));
+  DeviceBytes ws(workspace_bytes(pr, max_requests, max_q_tokens));
   const Workspace w{ws.data, ws.bytes, Device::cuda(0)};
   BatchAttention ba(c);
   const std::vector<std::int32_t> ql(s.q_lens.begin(), s.q_lens.end()), kl(s.kv_lens.begin(), s.kv_lens.end());
@@ -385,7 +406,7 @@ INSTANTIATE_TEST_SUITE_P(
         spec(DType::bf16, 8, 1, 256, 5, KVLayout::NHD, opts(true), kOff),                        // d256 MQA, no split
         spec(DType::bf16, 4, 4, 64, 16, KVLayout::NHD, opts(true, 0, 0)),                        // diagonal only
         spec(DType::bf16, 32, 1, 128, 16, KVLayout::HND, opts(true)),                            // group 32
-        spec(DType::f16, 128, 1, 64, 16, KVLayout::NHD, opts(true), fixed(100)),                 // group 128: 2 blocks
+        spec(DType::f16, 128, 1, 64, 16, KVLayout::NHD, opts(true), fixed(100)),                 // group 128: 1 row a unit
         spec(DType::bf16, 8, 2, 128, 256, KVLayout::NHD, opts(false), fixed(1000))),             // long chunks
     [](const ::testing::TestParamInfo<Spec>& info) { return "case" + std::to_string(info.index); });
 
@@ -404,6 +425,87 @@ TEST(BatchCuda, DecodeOnlyAndPrefillOnly) {
   s.q_lens = {3, 1};
   s.kv_lens = {32768, 0};
   check(s);
+}
+
+// Prefill items of 128 packed vectors (head_dim <= 128; 64 at 256), run on CUDA as two m16
+// row blocks per warp over one pass of K/V (docs/perf/mixed_batch.md): every edge of how
+// items are formed and of the second block. Per layout, requests of 1..129 rows: a single
+// decode-shaped tile (<= 16 vectors), one block only (<= 64 vectors: the second block of every
+// warp skipped), a partly filled second block, exactly two, odd counts, a remainder tile
+// after whole ones, and q_len > kv_len under causal masking (a whole first block of empty
+// rows: O = 0, LSE = -inf). Causal tails (the second block sees 64 / group more keys), a
+// window (blocks that skip leading tiles), no mask; page sizes 1, 16 and 256; group 3 (a
+// query token's heads straddle the two blocks) and group 1 (128 rows an item); the three
+// split policies.
+TEST(BatchCuda, TwoBlockItemsEdges) {
+  struct Layout { DType dt; int hq, hkv, d; };
+  const std::vector<Layout> layouts{{DType::bf16, 8, 2, 128},  {DType::f16, 8, 8, 64},  {DType::bf16, 24, 8, 128},
+                                    {DType::bf16, 16, 2, 128}, {DType::f16, 8, 2, 256}};
+  struct Mask { AttentionOptions o; SplitPolicy split; int page; KVLayout kv; };
+  const std::vector<Mask> masks{{opts(true), kOff, 16, KVLayout::NHD},
+                                {opts(true, 40, -1), kAuto, 1, KVLayout::HND},
+                                {opts(false), fixed(96), 256, KVLayout::NHD},
+                                {opts(true), fixed(64), 16, KVLayout::HND}};
+  for (std::size_t l = 0; l < layouts.size(); ++l)
+    for (std::size_t m = 0; m < masks.size(); ++m) {
+      if ((l + m) % 2 == 1 && l != 0) continue;  // half of the pairs beyond the bench layout (time)
+      const Layout& ly = layouts[l];
+      const Mask& mk = masks[m];
+      Spec s = spec(ly.dt, ly.hq, ly.hkv, ly.d, mk.page, mk.kv, mk.o, mk.split);
+      s.q_lens = {1, 4, 5, 16, 17, 31, 32, 33, 40, 63, 64, 65, 97, 129, 1};
+      s.kv_lens = {300, 4, 700, 16, 500, 31, 90, 33, 20, 700, 64, 65, 97, 700, 4096};
+      check(s);
+      if (HasFailure()) return;
+    }
+}
+
+// Groups larger than one unit: 256 query heads of one kv head at head_dim 128 and 128 at 256
+// give two units per query row (row_blocks 2), each a full set of rows.
+TEST(BatchCuda, GroupsOfSeveralUnits) {
+  for (auto [hq, d] : {std::pair{256, 128}, std::pair{128, 256}}) {
+    Spec s = spec(DType::bf16, hq, 1, d, 16, KVLayout::NHD, opts(true));
+    s.q_lens = {3, 1, 20, 1};
+    s.kv_lens = {50, 300, 40, 0};
+    check(s);
+  }
+}
+
+// batch.h: with SplitPolicy::disabled (and fixed) a request's output does not depend on the
+// batch it runs in. Each request of a mixed batch, run alone under the same capacities (same
+// instances and grids), must give the same bits as inside the batch.
+TEST(BatchCuda, RequestResultsDoNotDependOnTheBatch) {
+  auto rng = fresh_rng();
+  for (const SplitPolicy split : {kOff, fixed(96)})
+    for (auto [hq, hkv, d] : {std::tuple{8, 2, 128}, std::tuple{8, 8, 64}, std::tuple{8, 2, 256}}) {
+      Spec s = spec(DType::bf16, hq, hkv, d, 16, KVLayout::NHD, opts(true), split);
+      s.q_lens = {1, 33, 17, 5, 129, 64, 1};
+      s.kv_lens = {900, 300, 17, 40, 2000, 70, 0};
+      const Problem whole(s, rng);
+      Stream stream;
+      const ExecutionContext ctx{stream.s, 0};
+      const int max_requests = static_cast<int>(s.q_lens.size()), max_q = whole.cu_q.back();
+      const Outputs all = run_cuda(whole, ctx);
+      expect_written(all, s.name());
+      for (int r = 0; r < max_requests; ++r) {
+        if (s.q_lens[static_cast<std::size_t>(r)] == 0) continue;
+        const Problem one(whole, r, rng);
+        const Outputs alone = run_cuda(one, ctx, max_requests, max_q);
+        const std::int64_t rows = s.q_lens[static_cast<std::size_t>(r)], first = whole.cu_q[static_cast<std::size_t>(r)];
+        const std::int64_t per_row = static_cast<std::int64_t>(hq) * d;
+        int diff_o = 0, diff_l = 0;
+        for (std::int64_t i = 0; i < rows * per_row; ++i) {
+          const float a = alone.out.get(i), b = all.out.get(first * per_row + i);
+          if (std::memcmp(&a, &b, sizeof a) != 0) ++diff_o;
+        }
+        for (int h = 0; h < hq; ++h)
+          for (std::int64_t t = 0; t < rows; ++t) {
+            const float a = alone.lse.get(h * rows + t), b = all.lse.get(h * whole.cu_q.back() + first + t);
+            if (std::memcmp(&a, &b, sizeof a) != 0) ++diff_l;
+          }
+        EXPECT_EQ(diff_o, 0) << "request " << r << " out, " << s.name();
+        EXPECT_EQ(diff_l, 0) << "request " << r << " lse, " << s.name();
+      }
+    }
 }
 
 // A mixed batch with more units than one classification round of every persistent CTA

@@ -47,17 +47,37 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Shape of unit u (item u / row_blocks, vector block u % row_blocks): decode-shaped items
-// (<= kDecodeMaxRows packed vectors, one unit) run on the KG = 4 path, all others on KG = 1;
-// blocks past an item's vectors (row_blocks > 1 only) are empty.
+// A special register read where it is used (volatile: not hoisted to the kernel's start and
+// kept live across units; at the register cap ptxas spilled such values).
+__device__ __forceinline__ int sreg_ctaid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int sreg_nctaid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int sreg_tid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return v;
+}
+
+// Shape of unit u (item u / row_blocks, vector block u % row_blocks, blocks of kUnitRows =
+// the prefill shape's vectors): decode-shaped items (<= kDecodeMaxRows packed vectors, one
+// unit) run on the KG = 4 path, all others on KG = 1; blocks past an item's vectors
+// (row_blocks > 1 only) are empty.
 enum class UnitKind { none, decode, prefill };
+template <int kUnitRows>
 __device__ __forceinline__ UnitKind unit_kind(const BatchArgs& a, int u) {
   const int item = a.row_blocks == 1 ? u : u / a.row_blocks;  // 32-bit: no division call
   const int rb = u - item * a.row_blocks;
   const int2 rows = *reinterpret_cast<const int2*>(&a.items[item].q_begin);  // q_begin, q_end
   const int n = (rows.y - rows.x) * a.group;
   if (n <= kDecodeMaxRows) return rb == 0 ? UnitKind::decode : UnitKind::none;
-  return rb * 64 < n ? UnitKind::prefill : UnitKind::none;
+  return rb * kUnitRows < n ? UnitKind::prefill : UnitKind::none;
 }
 
 // Page-table lookup of token j of request (page list `pages`): element offsets of its K and
@@ -80,7 +100,7 @@ struct Smem {
     return reinterpret_cast<std::int64_t*>(base + Tr::kOffKvOff) + stage * 2 * Tr::kBlockN;
   }
   __device__ __forceinline__ std::int64_t* voff(int stage) const { return koff(stage) + Tr::kBlockN; }
-  __device__ __forceinline__ float* red() const { return reinterpret_cast<float*>(base + Tr::kOffStages); }
+  __device__ __forceinline__ float* red() const { return reinterpret_cast<float*>(base + Tr::kOffRed); }
   __device__ __forceinline__ float* stat_m() const { return reinterpret_cast<float*>(base + Tr::kOffStats); }
   __device__ __forceinline__ float* stat_l() const { return stat_m() + Tr::kKG * Tr::kRows; }
   __device__ __forceinline__ float* fin_scale() const { return reinterpret_cast<float*>(base + Tr::kOffFin); }
@@ -235,7 +255,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Tr::kWarpN / 8][4], std:
   }
 }
 
-// One unit: work item `item`, packed vectors [row0, row0 + kRows).
+// One unit: work item `item`, packed vectors [row0, row0 + kRows). Row r of the unit is held
+// by warp (r % 64) / 16 (row group rg = r / 16 % kRowGroups, block mb = r / (16 kRowGroups)),
+// as row g (h = 0) or g + 8 (h = 1) of that warp's m16 block mb.
 template <typename T, int kHeadDim, int kKG>
 __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem, int item, int row0) {
   using Tr = Traits<kHeadDim, kKG>;
@@ -244,8 +266,11 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   constexpr bool kBf16 = cuda::Traits<T>::is_bf16;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, q = lane & 3;
-  const int rg = warp % Tr::kRowGroups;  // row group: vectors [16 rg, 16 rg + 16) of the unit
+  const int rg = warp % Tr::kRowGroups;  // row group: vectors [16 rg, +16) of each row block
   const int kg = warp / Tr::kRowGroups;  // key group: keys [kg * kWarpN, +kWarpN) of each tile
+  constexpr int MB = Tr::kMB;
+  // The unit row of (block mb, half h) of this thread.
+  auto row_of = [&](int mb, int h) { return 16 * (rg + Tr::kRowGroups * mb) + g + 8 * h; };
 
   const plan::WorkItem it = a.items[item];
   const int b = it.request;
@@ -278,14 +303,23 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   auto fetch_page = [&](int j) { return j < kv_end ? __ldg(pages + j / page_size) : 0; };
 
   // Prologue 1: page lookups of tiles 0 .. S-1 (one per token), Q (cp.async, own group).
-  for (int idx = tid; idx < S * BN; idx += Tr::kThreads) {
+  // Loops with compile-time trip counts, not unrolled: no per-thread trip counts hoisted to
+  // the kernel's start (at the register cap of the two-block d64 kernel ptxas spilled them
+  // on sm_80), and no burst of addresses (unrolled, it spilled more).
+#pragma unroll 1
+  for (int pass = 0; pass < (S * BN + Tr::kThreads - 1) / Tr::kThreads; ++pass) {
+    const int idx = tid + pass * Tr::kThreads;
+    if ((S * BN) % Tr::kThreads != 0 && idx >= S * BN) break;
     const int tile = idx / BN, t = idx % BN;
     const int j = kv_begin + tile * BN + t;
     store_offsets(tile, t, j, fetch_page(j));
   }
   {
     const T* qp = static_cast<const T*>(a.q);
-    for (int idx = tid; idx < Tr::kRows * C; idx += Tr::kThreads) {
+    static_assert((Tr::kRows * C) % Tr::kThreads == 0, "Q chunks split evenly");
+#pragma unroll 1
+    for (int pass = 0; pass < Tr::kRows * C / Tr::kThreads; ++pass) {
+      const int idx = tid + pass * Tr::kThreads;
       const int r = idx / C, c = idx % C;
       const int n = row0 + r;
       const bool valid = r < n_rows;
@@ -305,27 +339,55 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
     cp_async_commit();
   }
 
-  // Visible keys of the thread's two vectors: the request's mask intersected with the item's
-  // chunk. Vectors past the unit's rows are never written; they get the item's whole range
-  // (zero Q, finite scores) so that they force no per-element masking.
-  int lo[2], hi[2];
+  // Visible keys of the thread's two vectors per row block: the request's mask intersected
+  // with the item's chunk. Vectors past the unit's rows are never written; they get the item's
+  // whole range (zero Q, finite scores) so that they force no per-element masking.
+  // skip_lo / skip_hi (prefill shape): the keys any row of the warp's block can see, as
+  // [skip_lo, skip_hi) (warp-uniform); empty ([INT_MAX, INT_MIN)) when it has none in the unit.
+  // The prefill shape keeps lo / hi in shared memory during the main loop (the stats area,
+  // unused until the epilogue; row r's {lo, hi} at bounds[r]) to stay within 255 registers
+  // with two blocks of O accumulators; the decode shape keeps them in registers.
+  int lo[MB][2], hi[MB][2];
+  int2* const bounds = reinterpret_cast<int2*>(sm.stat_m());
+  int2* const warp_keys = reinterpret_cast<int2*>(sm.fin_scale());  // [warp][mb]: skip_lo, skip_hi
+  static_assert(Tr::kKG != 1 || 2 * Tr::kKG * Tr::kRows * 4 >= Tr::kRows * 8, "bounds fit in the stats area");
+  int skip_lo[MB], skip_hi[MB];
   const math::MaskSpec spec = math::MaskSpec::make(q_len, kv_len, a.causal, a.window_left, a.window_right);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * rg + g + 8 * h;
-    lo[h] = kv_begin;
-    hi[h] = kv_end;
-    if (r < n_rows) {
-      const math::KeyRange keys = math::visible_keys(spec, it.q_begin + (row0 + r) / G);
-      lo[h] = max(lo[h], keys.begin);
-      hi[h] = min(hi[h], keys.end);
+  for (int mb = 0; mb < MB; ++mb) {
+    skip_lo[mb] = 0x7fffffff;
+    skip_hi[mb] = -0x7fffffff - 1;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row_of(mb, h);
+      lo[mb][h] = kv_begin;
+      hi[mb][h] = kv_end;
+      if (r < n_rows) {
+        const math::KeyRange keys = math::visible_keys(spec, it.q_begin + (row0 + r) / G);
+        lo[mb][h] = max(lo[mb][h], keys.begin);
+        hi[mb][h] = min(hi[mb][h], keys.end);
+        if (lo[mb][h] < hi[mb][h]) {
+          skip_lo[mb] = min(skip_lo[mb], lo[mb][h]);
+          skip_hi[mb] = max(skip_hi[mb], hi[mb][h]);
+        }
+      }
+      if (Tr::kKG == 1 && q == 0) bounds[r] = make_int2(lo[mb][h], hi[mb][h]);
+    }
+    if constexpr (Tr::kKG == 1) {
+      skip_lo[mb] = __reduce_min_sync(0xffffffffu, skip_lo[mb]);  // redux.sync (sm_80)
+      skip_hi[mb] = __reduce_max_sync(0xffffffffu, skip_hi[mb]);
+      if (lane == 0) warp_keys[warp * MB + mb] = make_int2(skip_lo[mb], skip_hi[mb]);
     }
   }
+  // bounds[r] is read by the quad of the lane that wrote it, warp_keys by the lane's warp.
+  if constexpr (Tr::kKG == 1) __syncwarp();
 
-  math::OnlineSoftmaxRow rows[2];
-  float o[D / 8][4];
+  math::OnlineSoftmaxRow rows[MB][2];
+  float o[MB][D / 8][4];
 #pragma unroll
-  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) o[mb][d][0] = o[mb][d][1] = o[mb][d][2] = o[mb][d][3] = 0.0f;
 
   for (int n = 0; n < n_tiles; ++n) {
     cp_async_wait<S - 2>();
@@ -340,14 +402,36 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
 
     const int stage = n % S;
     const int tile_key0 = kv_begin + n * BN + kg * Tr::kWarpN;  // the warp's first key
-    float s[Tr::kWarpN / 8][4];
-    gemm_qk<Tr, kBf16>(s, sm.q(), 16 * rg, sm.k(stage), kg * Tr::kWarpN, lane);
-    const bool need = lo[0] > tile_key0 || hi[0] < tile_key0 + Tr::kWarpN || lo[1] > tile_key0 ||
-                      hi[1] < tile_key0 + Tr::kWarpN;
-    const bool masked = __any_sync(0xffffffffu, need);
-    std::uint32_t p[Tr::kWarpN / 16][4];
-    softmax_tile<Tr, T>(s, p, o, rows, lo, hi, masked, tile_key0 + 2 * q, a);
-    gemm_pv<Tr, kBf16>(o, p, sm.v(stage), kg * Tr::kWarpN, lane);
+    // Row blocks one after the other, both against the tile in smem (loaded once for both).
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) {
+      if constexpr (Tr::kKG == 1) {
+        // No row of the warp's block sees a key of this tile: for every row the tile would be
+        // an exact no-op (tile max -inf: alpha = 1, P = 0), so it is skipped: the second block
+        // of a unit of <= 64 vectors, rows past a short item, the causal tail of the first
+        // block (16 query rows x group 4 before the second's), windows.
+        const int2 wk = warp_keys[warp * MB + mb];  // warp-uniform: no vote needed
+        if (wk.y <= tile_key0 || wk.x >= tile_key0 + Tr::kWarpN) continue;
+      }
+      float s[Tr::kWarpN / 8][4];
+      gemm_qk<Tr, kBf16>(s, sm.q(), 16 * (rg + Tr::kRowGroups * mb), sm.k(stage), kg * Tr::kWarpN, lane);
+      int lo_t[2], hi_t[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (Tr::kKG == 1) {
+          const int2 b = bounds[row_of(mb, h)];
+          lo_t[h] = b.x, hi_t[h] = b.y;
+        } else {
+          lo_t[h] = lo[mb][h], hi_t[h] = hi[mb][h];
+        }
+      }
+      const bool need = lo_t[0] > tile_key0 || hi_t[0] < tile_key0 + Tr::kWarpN || lo_t[1] > tile_key0 ||
+                        hi_t[1] < tile_key0 + Tr::kWarpN;
+      const bool masked = __any_sync(0xffffffffu, need);
+      std::uint32_t p[Tr::kWarpN / 16][4];
+      softmax_tile<Tr, T>(s, p, o[mb], rows[mb], lo_t, hi_t, masked, tile_key0 + 2 * q, a);
+      gemm_pv<Tr, kBf16>(o[mb], p, sm.v(stage), kg * Tr::kWarpN, lane);
+    }
 
     // Slot (n + S) % S = stage: tile n was issued long ago, its lookups are free.
     if (tid < BN && n + S < n_tiles) store_offsets(stage, tid, j_next, page_next);
@@ -360,44 +444,48 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   float* stat_m = sm.stat_m();
   float* stat_l = sm.stat_l();
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    rows[h].l = sm80::quad_sum(rows[h].l);
-    if (q == 0) {
-      const int r = 16 * rg + g + 8 * h;
-      stat_m[kg * Tr::kRows + r] = rows[h].m;
-      stat_l[kg * Tr::kRows + r] = rows[h].l;
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows[mb][h].l = sm80::quad_sum(rows[mb][h].l);
+      if (q == 0) {
+        const int r = row_of(mb, h);
+        stat_m[kg * Tr::kRows + r] = rows[mb][h].m;
+        stat_l[kg * Tr::kRows + r] = rows[mb][h].l;
+      }
     }
-  }
   __syncthreads();
   float* red = sm.red();
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * rg + g + 8 * h;
-    // Weight of this warp's state in the merged one: exp2(m_kg - M), 0 for an empty state.
-    float f = 1.0f;
-    if (Tr::kKG > 1) {
-      float m_all = -INFINITY;
+  for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-      for (int w = 0; w < Tr::kKG; ++w) m_all = fmaxf(m_all, stat_m[w * Tr::kRows + r]);
-      f = rows[h].m == -INFINITY ? 0.0f : exp2f(rows[h].m - m_all);
+    for (int h = 0; h < 2; ++h) {
+      const int r = row_of(mb, h);
+      // Weight of this warp's state in the merged one: exp2(m_kg - M), 0 for an empty state.
+      float f = 1.0f;
+      if (Tr::kKG > 1) {
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < Tr::kKG; ++w) m_all = fmaxf(m_all, stat_m[w * Tr::kRows + r]);
+        f = rows[mb][h].m == -INFINITY ? 0.0f : exp2f(rows[mb][h].m - m_all);
+      }
+      float* dst = red + (kg * Tr::kRows + r) * Tr::kRedStride + 2 * q;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<float2*>(dst + 8 * d) = make_float2(o[mb][d][2 * h] * f, o[mb][d][2 * h + 1] * f);
     }
-    float* dst = red + (kg * Tr::kRows + r) * Tr::kRedStride + 2 * q;
-#pragma unroll
-    for (int d = 0; d < D / 8; ++d)
-      *reinterpret_cast<float2*>(dst + 8 * d) = make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
-  }
-  if (tid < Tr::kRows) {
+  for (int r = tid; r < Tr::kRows; r += Tr::kThreads) {
     math::OnlineSoftmaxRow fin;
     for (int w = 0; w < Tr::kKG; ++w) {
-      const float m_w = stat_m[w * Tr::kRows + tid];
+      const float m_w = stat_m[w * Tr::kRows + r];
       fin.m = fmaxf(fin.m, m_w);
     }
     for (int w = 0; w < Tr::kKG; ++w) {
-      const float m_w = stat_m[w * Tr::kRows + tid];
-      if (m_w != -INFINITY) fin.l += stat_l[w * Tr::kRows + tid] * (Tr::kKG > 1 ? exp2f(m_w - fin.m) : 1.0f);
+      const float m_w = stat_m[w * Tr::kRows + r];
+      if (m_w != -INFINITY) fin.l += stat_l[w * Tr::kRows + r] * (Tr::kKG > 1 ? exp2f(m_w - fin.m) : 1.0f);
     }
-    sm.fin_scale()[tid] = fin.output_scale();
-    sm.fin_lse()[tid] = fin.lse();
+    sm.fin_scale()[r] = fin.output_scale();
+    sm.fin_lse()[r] = fin.lse();
   }
   __syncthreads();
 
@@ -441,10 +529,10 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
       *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
   }
-  if (tid < n_rows) {
-    const int n = row0 + tid;
+  for (int r = tid; r < n_rows; r += Tr::kThreads) {
+    const int n = row0 + r;
     const int qr = n / G, h = it.kv_head * G + n % G;
-    const float lse = sm.fin_lse()[tid];
+    const float lse = sm.fin_lse()[r];
     if (direct) {
       if (a.lse != nullptr) a.lse[static_cast<std::int64_t>(h) * a.lse_head + q0 + it.q_begin + qr] = lse;
     } else {
@@ -454,8 +542,8 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   __syncthreads();  // the next unit's copies overwrite Q, offsets and the reduction buffer
 }
 
-// Persistent CTAs. CTA x owns units x, x + grid, x + 2 grid, ... (a unit = item, block of 64
-// packed vectors); the unit count is read from the plan header in device memory, so the grid
+// Persistent CTAs. CTA x owns units x, x + grid, x + 2 grid, ... (a unit = item, block of
+// Pre::kRows packed vectors); the unit count is read from the plan header in device memory, so the grid
 // depends only on capacities. Each round classifies up to 128 of the CTA's units at once (one
 // load each, in parallel) before running those of the instance's kind(s) (kernel_traits.cuh).
 // Fused: half of the CTAs walk their units backwards, so that while one CTA of an SM streams
@@ -477,29 +565,33 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
 #endif
   // The unit list sits past the data of both layouts (each path uses [0, its kOffUnits)).
   int* units = reinterpret_cast<int*>(smem_raw + units_offset<kHeadDim, kKind>());
-  // The host keeps max_items * row_blocks below 2^30, so unit indices are 32-bit.
-  const int num_units = a.header->num_items * a.row_blocks;
-  const int x = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
-  const int owned = x < num_units ? (num_units - 1 - x) / grid + 1 : 0;
-  // Backward walkers: (x odd) != (x in the upper half) gives the two CTAs of an SM opposite
-  // directions when blocks are placed one per SM in index order (x, x + grid/2 together) or in
-  // consecutive pairs (2s, 2s + 1); on the H200, placement by TPC pairs, it did so on 116 of
-  // 132 SMs, and a per-SM arrival counter (%smid, all 132) measured the same time.
-  const bool backward = kKind == kFused && ((x & 1) != 0) != (x >= grid / 2);
-  for (int k0 = 0; k0 < owned; k0 += kThreads) {
-    const int k = k0 + static_cast<int>(threadIdx.x);
-    int mine = -1;
+  constexpr int kListEnd = -0x7fffffff - 1;  // list entry past the CTA's last unit
+  for (int k0 = 0;; k0 += kThreads) {
+    // The unit count, re-read each round (an L1/L2 hit), and the CTA's index and the grid:
+    // not kept in registers while the units run (at the register cap ptxas spilled them).
+    // The host keeps max_items x row_blocks below 2^30, so unit indices are 32-bit.
+    const int x = sreg_ctaid_x(), grid = sreg_nctaid_x(), tid = sreg_tid_x();
+    // Backward walkers: (x odd) != (x in the upper half) gives the two CTAs of an SM opposite
+    // directions when blocks are placed one per SM in index order (x, x + grid/2 together) or in
+    // consecutive pairs (2s, 2s + 1); on the H200, placement by TPC pairs, it did so on 116 of
+    // 132 SMs, and a per-SM arrival counter (%smid, all 132) measured the same time.
+    const bool backward = kKind == kFused && ((x & 1) != 0) != (x >= grid / 2);
+    const int num_units = a.header->num_items * a.row_blocks;
+    const int owned = x < num_units ? (num_units - 1 - x) / grid + 1 : 0;
+    if (k0 >= owned) break;
+    const int k = k0 + tid;
+    int mine = k < owned ? -1 : kListEnd;
     if (k < owned) {
       const int u = x + (backward ? owned - 1 - k : k) * grid;
-      const UnitKind kind = unit_kind(a, u);
+      const UnitKind kind = unit_kind<Pre::kRows>(a, u);
       if (kind == UnitKind::decode && kKind != kPrefillOnly) mine = u;
       if (kind == UnitKind::prefill && kKind != kDecodeOnly) mine = u | (1 << 30);  // tag: prefill path
     }
-    units[threadIdx.x] = mine;
+    units[tid] = mine;
     __syncthreads();
-    const int n = min(kThreads, owned - k0);
-    for (int t = 0; t < n; ++t) {
+    for (int t = 0; t < kThreads; ++t) {
       const int tagged = units[t];  // uniform: every thread reads the same entry
+      if (tagged == kListEnd) break;
       if (tagged < 0) continue;
       const int uu = tagged & ((1 << 30) - 1);
       const int item = a.row_blocks == 1 ? uu : uu / a.row_blocks;

@@ -40,7 +40,9 @@ struct BatchArgs {
   int heads_q = 0;
   int heads_kv = 0;
   int group = 1;       // heads_q / heads_kv
-  int row_blocks = 1;  // 64-vector blocks per item: ceil(q_tile_rows * group / 64) (> 1 only for group > 64)
+  // Units per item: ceil(q_tile_rows * group / U), U = plan::packed_q_rows(head_dim) vectors
+  // (> 1 only for a group larger than U).
+  int row_blocks = 1;
 
   float scale = 1.0f;       // resolved softmax scale
   float scale_log2 = 1.0f;  // scale * log2(e)

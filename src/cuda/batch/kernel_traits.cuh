@@ -3,8 +3,12 @@
 // A CTA has 4 warps and executes "units": (work item, block of packed query vectors). Packed
 // vector n of an item is query row q_begin + n / group of its request, query head
 // kv_head * group + n % group (the GQA group shares every K/V load).
-//   KG = 1 (prefill shape): 64 packed vectors, warp w owns vectors [16w, 16w + 16) and all
-//          keys of each KV tile (FA2 split: no cross-warp reduction in the main loop).
+//   KG = 1 (prefill shape): kRows = plan::packed_q_rows(D) packed vectors (128 at head_dim
+//          <= 128, 64 at 256) in kMB m16 row blocks per warp: warp w owns vectors
+//          [16w + 64 mb, 16w + 64 mb + 16) for mb < kMB, and all keys of each KV tile (FA2
+//          split: no cross-warp reduction in the main loop). Both row blocks are computed
+//          against every K/V tile the CTA loads once (docs/perf/mixed_batch.md, "Two Q tiles
+//          per K/V pass"); a warp skips, per row block, a tile none of its rows can see.
 //   KG = 4 (decode shape):  16 packed vectors (q_len x group <= 16), every warp computes all
 //          of them against its own quarter of each KV tile (16 keys); the four partial
 //          softmax states are merged through shared memory at the end.
@@ -14,10 +18,13 @@
 //                          stages x { K [kBlockN][D], V [kBlockN][D] } 16-bit, swizzled
 //                          stages x { k_off, v_off [kBlockN] int64 }  (page-table lookups)
 //                          stats: m, l [KG][kRows]; fin: inv_l, lse [kRows]; unit list [128]
-// The fp32 reduction buffer of the epilogue, [KG][kRows][D + 8], aliases the K/V stages.
+// The fp32 reduction buffer of the epilogue, [KG][kRows][D + 8], aliases Q and the K/V stages
+// (both dead by then; at 128 vectors x d128 it is larger than the two stages alone).
 #pragma once
 
 #include <cstdint>
+
+#include "plan/batch_plan.h"
 
 namespace tessera::cuda::batch {
 
@@ -30,7 +37,9 @@ struct Traits {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRowGroups = kWarps / kKG;  // warps along packed query vectors
-  static constexpr int kRows = 16 * kRowGroups;    // packed query vectors per unit
+  // m16 row blocks per warp: the prefill shape covers plan::packed_q_rows(D) vectors.
+  static constexpr int kMB = kKG == 1 ? plan::packed_q_rows(kHeadDim) / (16 * kRowGroups) : 1;
+  static constexpr int kRows = 16 * kRowGroups * kMB;  // packed query vectors per unit
   static constexpr int kBlockN = 64;               // keys per KV tile
   static constexpr int kWarpN = kBlockN / kKG;     // keys of a tile one warp computes
   static constexpr int kChunks = kHeadDim / 8;     // 16-byte chunks per row
@@ -51,7 +60,9 @@ struct Traits {
   static constexpr int kOffUnits = kOffFin + 2 * kRows * 4;
   static constexpr int kSmemBytes = kOffUnits + kThreads * 4;
 
-  static_assert(kRedBytes <= kStages * kStageBytes, "the epilogue buffer fits in the K/V stages");
+  static constexpr int kOffRed = 0;  // the epilogue buffer: over Q and the stages
+  static_assert(kRedBytes <= kOffKvOff, "the epilogue buffer fits in Q and the K/V stages");
+  static_assert(kMB >= 1 && kMB <= 2 && (kKG == 1 || kMB == 1), "one or two row blocks, prefill shape only");
   static_assert(kWarpN % 16 == 0, "P V k-steps of 16 keys");
   static_assert((kBlockN * kChunks) % kThreads == 0 && kThreads % kChunks == 0, "tile loads split evenly");
   static_assert(kStages >= 2 && kStages <= 8, "cp.async wait_group immediates");

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/device_limits.h"
 #include "cuda/batch/batch_args.h"
 #include "cuda/batch/batch_attention.h"
 #include "cuda/batch/kernel_traits.cuh"
@@ -138,13 +139,10 @@ bool batch_attention_supported(const BatchRunParams& p, std::string* why) {
   if (!strides_ok("cache.k_pages", p.cache.k, {p.cache.k_page, p.cache.k_token, p.cache.k_head}, why)) return false;
   if (!strides_ok("cache.v_pages", p.cache.v, {p.cache.v_page, p.cache.v_token, p.cache.v_head}, why)) return false;
   if (!aligned_16(p.workspace)) return fail(why, "workspace: expected a 16-byte aligned pointer, got a misaligned one");
-  int major = 0, optin = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return fail(why, "device: expected a usable CUDA device, got cuda:" + std::to_string(p.device.index) +
-                         " whose attributes cannot be read");
-  }
+  DeviceLimits dev;
+  std::string unreadable;
+  if (!read_device_limits(p.device.index, &dev, &unreadable)) return fail(why, unreadable);
+  const int major = dev.major, optin = dev.smem_optin;
   if (major < 8) return fail(why, "device: expected compute capability >= 8.0, got " + std::to_string(major) + ".x");
   const int smem = smem_bytes_for(p.head_dim);
   if (optin < smem)
@@ -183,8 +181,11 @@ void batch_attention_run(const BatchRunParams& p) {
   a.heads_q = p.heads_q;
   a.heads_kv = p.heads_kv;
   a.group = p.heads_q / p.heads_kv;
+  // Units of the prefill shape's vectors (plan::packed_q_rows: 128 at head_dim <= 128, 64 at
+  // 256, as Traits<D, 1>::kRows); > 1 per item only when the group alone exceeds one unit.
   const long long vectors = static_cast<long long>(p.layout.q_tile_rows) * a.group;
-  a.row_blocks = static_cast<int>((vectors + 63) / 64);
+  const int unit_rows = plan::packed_q_rows(p.head_dim);
+  a.row_blocks = static_cast<int>((vectors + unit_rows - 1) / unit_rows);
   a.scale = p.mask.scale;
   a.scale_log2 = p.mask.scale * math::kLog2e;
   a.softcap = p.mask.softcap;

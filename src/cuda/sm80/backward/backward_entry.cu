@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "cuda/common/device_limits.h"
 #include "cuda/common/check.h"
 #include "cuda/common/types.cuh"
 #include "cuda/cuda_backend.h"
@@ -312,13 +313,10 @@ bool supports_backward(const BackwardParams& p, std::string* why) {
       {&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "out"}, {&p.dout, "dout"}, {&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}};
   for (const auto& [t, name] : tensors)
     if (!bwd_strides_ok(*t, name, why)) return false;
-  int major = 0, optin = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return bwd_fail(why, "device: expected a usable CUDA device, got cuda:" + std::to_string(p.device.index) +
-                             " whose attributes cannot be read");
-  }
+  DeviceLimits dev;
+  std::string unreadable;
+  if (!read_device_limits(p.device.index, &dev, &unreadable)) return bwd_fail(why, unreadable);
+  const int major = dev.major, optin = dev.smem_optin;
   if (major < 8) return bwd_fail(why, "device: expected compute capability >= 8.0, got " + std::to_string(major) + ".x");
   // The sm80 kernel's layout: the default, or a compact one where the default does not fit
   // (head_dim 128 below 177 KB; the sm90 kernel, where it applies, needs no more than the default).

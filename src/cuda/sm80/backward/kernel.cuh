@@ -34,6 +34,7 @@
 #include "cuda/primitives/sm80/mma.cuh"
 #include "cuda/primitives/sm80/red.cuh"
 #include "cuda/sm80/backward/backward.h"
+#include "cuda/sm80/backward/cta_work.cuh"
 #include "cuda/sm80/backward/tiles.h"
 #include "math/mask.h"
 
@@ -198,6 +199,18 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages, MR = L::MR;
   constexpr int kThreads = L::kThreads, kQCols = L::kQCols, kDCols = L::kDCols;
   constexpr bool kBf16 = Traits<T>::is_bf16;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // sm_80 builds of head_dim 128 (255 registers, one CTA per SM) take two register-allocation
+  // measures of their own (see `fo` and `front` below); sm_90 builds compile without them.
+  constexpr bool kSm80D128 = MR > 1;
+#else
+  constexpr bool kSm80D128 = false;
+#endif
+  // head_dim 128's compact layout 1 (Stages = 1, what A100/A30 run) takes both on sm_90 too:
+  // there ptxas spilled 8 B (f16) without them, 12 B (f16) with `fo` opaque alone, 8 B (bf16)
+  // with the early P^T stores alone; and the forced Hopper test then runs the code A100 runs.
+  // False for every default layout (their Stages = 2 or MR = 1).
+  constexpr bool kRegMeasures = kSm80D128 || (MR > 1 && Stages == 1);
 
   extern __shared__ __align__(128) unsigned char smem[];
   const std::uint32_t s_base = smem_u32(smem);
@@ -215,48 +228,15 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
   const int b = blockIdx.z;
 
-  int q_len = p.seq_q, k_len = p.seq_k;
-  std::int64_t q_row0 = 0, k_row0 = 0;  // first row of the sequence in the tensors' row index
-  std::int64_t q_gr0 = static_cast<std::int64_t>(b) * p.seq_q, k_gr0 = static_cast<std::int64_t>(b) * p.seq_k;
-  if (p.cu_seqlens_q != nullptr) {
-    q_row0 = p.cu_seqlens_q[b];
-    q_len = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
-    k_row0 = p.cu_seqlens_k[b];
-    k_len = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
-    q_gr0 = q_row0;
-    k_gr0 = k_row0;
-  }
-  const int kv0 = j_tile * Bc;
-  if (kv0 >= k_len) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
-  const int kv1 = min(kv0 + Bc, k_len);
-
-  const math::MaskSpec mask = math::MaskSpec::make(q_len, k_len, p.causal, p.window_left, p.window_right);
-  const int n_qt = (q_len + Br - 1) / Br;
-  // Query tiles whose visible-key union meets [kv0, kv1): both bounds of the union grow with
-  // the tile index, so it is one range [it0, it1), found by bisection. The deterministic
-  // counter relies on exactly this predicate on both sides.
-  auto tile_keys = [&](int it) {
-    const int r0 = it * Br;
-    return math::visible_keys_of_rows(mask, r0, min(r0 + Br, q_len));
-  };
-  int it0, it1;
-  {
-    int lo = 0, hi = n_qt;
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      if (tile_keys(mid).end > kv0) hi = mid; else lo = mid + 1;
-    }
-    it0 = lo;
-    hi = n_qt;
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      if (tile_keys(mid).begin >= kv1) hi = mid; else lo = mid + 1;
-    }
-    it1 = lo;
-  }
-  const int n_tiles = it1 - it0;
-  const int n_items = n_tiles > 0 ? n_tiles * p.heads_per_split : 0;
-  const int h0 = hkv * p.group + split * p.heads_per_split;
+  // The CTA's sequence bounds and query tiles (cta_work.cuh, shared with the sm90 kernel).
+  CtaWork<Br> w;
+  if (!cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
+  const int q_len = w.q_len, k_len = w.k_len;
+  const std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
+  const int kv0 = w.kv0, kv1 = w.kv1;
+  const math::MaskSpec mask = w.mask;
+  const int it0 = w.it0, n_tiles = w.n_tiles, n_items = w.n_items, h0 = w.h0;
+  auto tile_keys = [&](int it) { return w.tile_keys(it); };
 
   const T* qg_ptr = static_cast<const T*>(p.q);
   const T* kg_ptr = static_cast<const T*>(p.k);
@@ -341,7 +321,10 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     // makes each a single LOP3 next to its store instead.
     const int pt_off = L::kPTInDS ? ds_off : L::kOffPT;  // P^T: own buffer, or this step's dS^T
     int fo = frag_off;
-    if constexpr (L::kMinBlocksSm90 > 1) asm volatile("" : "+r"(fo));
+    // sm_80 head_dim 128 too: without it (and without the early P^T stores of the general copy
+    // in `front`) ptxas spilled 8 / 12 B (bf16 / f16) of loop constants, reloaded after the
+    // pair barrier.
+    if constexpr (L::kMinBlocksSm90 > 1 || kRegMeasures) asm volatile("" : "+r"(fo));
     // Element masking only where the tile is not wholly visible or hangs over k_len.
     const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
 
@@ -385,119 +368,198 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
         }
       }
     };
-    // Every head_dim takes the straight-line copy when it can (head_dim 256: 255 registers and
-    // no spill with both copies of this step; its dS step keeps one copy, see below).
-    if (need_mask || softcap_on) p_step(std::true_type{}); else p_step(std::false_type{});
-
-    // ---- dV += P^T dO ----
-    // P^T also goes to smem (16-bit): the dS step reads it back there instead of keeping 16
-    // more registers alive through the dP GEMM (and, with WQ = 2, the partner warp reads it).
-    // Atom m sits 16 m rows lower: (row & 7) and so the swizzle key are unchanged.
-#pragma unroll
-    for (int m = 0; m < MR; ++m) {
-#pragma unroll
-      for (int n = 0; n < kQCols / 8; ++n) {
-        const int i = m * (kQCols / 8) + n;
-        const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
-        *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = Traits<T>::pack2(s_acc[i][0], s_acc[i][1]);
-        *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = Traits<T>::pack2(s_acc[i][2], s_acc[i][3]);
-      }
-    }
     if constexpr (MR > 1) {
-      // The pair's P^T rows are complete after its barrier; A is read one k16 slice at a time.
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
-      gemm_sy<kBf16, D, Br, kDCols, MR>(dv_acc, sPT, kv_row_w, sDO, d_col_w, lane);
-    } else {
-    std::uint32_t pa[Br / 16][4];
-    if constexpr (WQ == 1) {
+      // head_dim 128 (FA2 layout): S^T -> P -> dP^T -> dS -> P^T, dS^T stores -> one pair barrier
+      // -> dV, dK. The CTA-uniform branch covers the P step, the dP^T GEMM and the dS step, so in
+      // each copy the P step's MUFU.EX2 share a basic block with the dP^T HMMAs (ptxas can
+      // interleave them), and the fast copy has no softcap code. P stays packed in registers
+      // (the 16-bit values the smem copy holds) for the dS step: no read-back, no P^T barrier.
+      auto front = [&](auto general_tag) {
+        constexpr bool kGeneral = decltype(general_tag)::value;
+        p_step(general_tag);
+        std::uint32_t pk[MR * kQCols / 8][2];  // P^T, 16-bit pairs: rows g (0) and g + 8 (1)
 #pragma unroll
-      for (int t = 0; t < Br / 16; ++t) {
-        pa[t][0] = Traits<T>::pack2(s_acc[2 * t][0], s_acc[2 * t][1]);
-        pa[t][1] = Traits<T>::pack2(s_acc[2 * t][2], s_acc[2 * t][3]);
-        pa[t][2] = Traits<T>::pack2(s_acc[2 * t + 1][0], s_acc[2 * t + 1][1]);
-        pa[t][3] = Traits<T>::pack2(s_acc[2 * t + 1][2], s_acc[2 * t + 1][3]);
-      }
-    } else {
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
-      const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
+        for (int i = 0; i < MR * kQCols / 8; ++i) {
+          pk[i][0] = Traits<T>::pack2(s_acc[i][0], s_acc[i][1]);
+          pk[i][1] = Traits<T>::pack2(s_acc[i][2], s_acc[i][3]);
+        }
+        // P^T goes to smem after the dP^T GEMM (below), so no store sits between the P step and the
+        // dP^T ldmatrix; except in the sm_80 general copy, which stores it here: the stores then
+        // bound the P step before the GEMM (ptxas otherwise sank the predicated MUFU.EX2 into it,
+        // keeping S^T and the masks live there), and the softcap term re-reads LSE from smem
+        // (predicated, like the term) instead of keeping it in registers through the GEMM. With
+        // `fo` opaque per step this leaves sm_80 head_dim 128 at 255 registers, no spill. The
+        // compact layout 1 does the same on sm_90 too (kRegMeasures).
+        constexpr bool kEarlyPT = kRegMeasures && kGeneral;
+        const auto store_pt = [&] {
 #pragma unroll
-      for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(pa[t], sPT + swz<Br>(a_row, 2 * t + (lane >> 4)));
-    }
-    gemm_ay<kBf16, D, Br, kDCols>(dv_acc, pa, sDO, d_col_w, lane);
-    }
-
-    // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
-    float dp_acc[MR * kQCols / 8][4];
-    gemm_xyT<kBf16, D, kQCols, MR>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
-    auto ds_step = [&](auto cap_tag) {
-      constexpr bool kCap = decltype(cap_tag)::value;
+          for (int m = 0; m < MR; ++m) {
 #pragma unroll
-      for (int i = 0; i < MR * kQCols / 8; ++i) {
-        const int m = i / (kQCols / 8), n = i % (kQCols / 8);
-        // This thread's own P^T values (stored above by this thread: no barrier needed).
-        const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
-        const float2 pf[2] = {Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + pt_off + off)),
-                              Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + pt_off + off + 8 * Br * 2))};
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = q_col_w + n * 8 + 2 * t4 + e;
-          const float del = del_t[col];
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const float pv = e == 0 ? pf[hr].x : pf[hr].y;
-            float ds = pv * (dp_acc[i][2 * hr + e] - del);
-            if (kCap && softcap_on && pv > 0.0f) {  // head_dim 256 takes this copy uncapped too
-              // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
-              const float log2_to_t = 0.6931471805599453f / p.softcap;  // v/(cap*log2e)
-              const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
-              ds *= 1.0f - tt * tt;
+            for (int n = 0; n < kQCols / 8; ++n) {
+              const int i = m * (kQCols / 8) + n;
+              const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = pk[i][0];
+              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = pk[i][1];
             }
-            dp_acc[i][2 * hr + e] = ds;
+          }
+        };
+        if constexpr (kEarlyPT) store_pt();
+        float dp_acc[MR * kQCols / 8][4];
+        // sm_80 builds keep the double-buffered form here; the plain loop spilled 24 / 20 B.
+        gemm_xyT<kBf16, D, kQCols, MR>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
+#pragma unroll
+        for (int i = 0; i < MR * kQCols / 8; ++i) {
+          const int n = i % (kQCols / 8);
+          const float2 pf[2] = {Traits<T>::unpack2(pk[i][0]), Traits<T>::unpack2(pk[i][1])};
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = q_col_w + n * 8 + 2 * t4 + e;
+            const float del = del_t[col];
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const float pv = e == 0 ? pf[hr].x : pf[hr].y;
+              float ds = pv * (dp_acc[i][2 * hr + e] - del);
+              if (kGeneral && softcap_on && pv > 0.0f) {  // the fast copy runs only with softcap off
+                const float log2_to_t = 0.6931471805599453f / p.softcap;
+                const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
+                ds *= 1.0f - tt * tt;
+              }
+              dp_acc[i][2 * hr + e] = ds;
+            }
           }
         }
-      }
-    };
-    // WQ = 2 keeps one copy: at head_dim 256 two spilled; at head_dim 128 two copies left 12 B
-    // of spill in the loop (sm_90 f16, sm_80), one copy none. Its softcap test is predicated
-    // (FSETP + @P MUFU.LG2), not branched, in SASS.
-    if constexpr (WQ == 2) {
-      ds_step(std::true_type{});
-    } else {
-      if (softcap_on) ds_step(std::true_type{}); else ds_step(std::false_type{});
-    }
-    // dS^T to smem ([Bc][Br]) for the dQ step (and for the partner warp when WQ = 2).
+        // P^T (unless stored above) and dS^T to smem ([Bc][Br]) after the dP^T GEMM. Atom m is 16 m
+        // rows lower: same swizzle key.
 #pragma unroll
-    for (int m = 0; m < MR; ++m) {
+        for (int m = 0; m < MR; ++m) {
 #pragma unroll
-      for (int n = 0; n < kQCols / 8; ++n) {
-        const int i = m * (kQCols / 8) + n;
-        const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
-        *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]);
-        *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]);
-      }
-    }
-
-    // ---- dK += dS^T Q ----
-    if constexpr (MR > 1) {
+          for (int n = 0; n < kQCols / 8; ++n) {
+            const int i = m * (kQCols / 8) + n;
+            const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+            if constexpr (!kEarlyPT) {
+              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = pk[i][0];
+              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = pk[i][1];
+            }
+            *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]);
+            *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) =
+                Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]);
+          }
+        }
+      };
+      if (need_mask || softcap_on) front(std::true_type{}); else front(std::false_type{});
+      // The pair's P^T and dS^T rows are complete after its barrier; dV and dK read their A
+      // operands one k16 slice at a time.
       asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+      gemm_sy<kBf16, D, Br, kDCols, MR>(dv_acc, sPT, kv_row_w, sDO, d_col_w, lane);
       gemm_sy<kBf16, D, Br, kDCols, MR>(dk_acc, s_base + ds_off, kv_row_w, sQ, d_col_w, lane);
     } else {
-      std::uint32_t da[Br / 16][4];
+      // Every head_dim takes the straight-line copy when it can (head_dim 256: 255 registers and
+      // no spill with both copies of this step; its dS step keeps one copy, see below).
+      if (need_mask || softcap_on) p_step(std::true_type{}); else p_step(std::false_type{});
+
+      // ---- dV += P^T dO ----
+      // P^T also goes to smem (16-bit): the dS step reads it back there instead of keeping 16
+      // more registers alive through the dP GEMM (and, with WQ = 2, the partner warp reads it).
+      // Atom m sits 16 m rows lower: (row & 7) and so the swizzle key are unchanged.
+  #pragma unroll
+      for (int m = 0; m < MR; ++m) {
+  #pragma unroll
+        for (int n = 0; n < kQCols / 8; ++n) {
+          const int i = m * (kQCols / 8) + n;
+          const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+          *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = Traits<T>::pack2(s_acc[i][0], s_acc[i][1]);
+          *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = Traits<T>::pack2(s_acc[i][2], s_acc[i][3]);
+        }
+      }
+      {
+      std::uint32_t pa[Br / 16][4];
       if constexpr (WQ == 1) {
-#pragma unroll
+  #pragma unroll
         for (int t = 0; t < Br / 16; ++t) {
-          da[t][0] = Traits<T>::pack2(dp_acc[2 * t][0], dp_acc[2 * t][1]);
-          da[t][1] = Traits<T>::pack2(dp_acc[2 * t][2], dp_acc[2 * t][3]);
-          da[t][2] = Traits<T>::pack2(dp_acc[2 * t + 1][0], dp_acc[2 * t + 1][1]);
-          da[t][3] = Traits<T>::pack2(dp_acc[2 * t + 1][2], dp_acc[2 * t + 1][3]);
+          pa[t][0] = Traits<T>::pack2(s_acc[2 * t][0], s_acc[2 * t][1]);
+          pa[t][1] = Traits<T>::pack2(s_acc[2 * t][2], s_acc[2 * t][3]);
+          pa[t][2] = Traits<T>::pack2(s_acc[2 * t + 1][0], s_acc[2 * t + 1][1]);
+          pa[t][3] = Traits<T>::pack2(s_acc[2 * t + 1][2], s_acc[2 * t + 1][3]);
         }
       } else {
         asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
         const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-        for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(da[t], s_base + ds_off + swz<Br>(a_row, 2 * t + (lane >> 4)));
+  #pragma unroll
+        for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(pa[t], sPT + swz<Br>(a_row, 2 * t + (lane >> 4)));
       }
-      gemm_ay<kBf16, D, Br, kDCols>(dk_acc, da, sQ, d_col_w, lane);
+      gemm_ay<kBf16, D, Br, kDCols>(dv_acc, pa, sDO, d_col_w, lane);
+      }
+
+      // ---- dP^T, then dS^T = P^T (dP^T - D) [* (1 - tanh^2)] ----
+      float dp_acc[MR * kQCols / 8][4];
+      gemm_xyT<kBf16, D, kQCols, MR>(dp_acc, sV, kv_row_w, sDO, q_col_w, lane);
+      auto ds_step = [&](auto cap_tag) {
+        constexpr bool kCap = decltype(cap_tag)::value;
+  #pragma unroll
+        for (int i = 0; i < MR * kQCols / 8; ++i) {
+          const int m = i / (kQCols / 8), n = i % (kQCols / 8);
+          // This thread's own P^T values (stored above by this thread: no barrier needed).
+          const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+          const float2 pf[2] = {Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + pt_off + off)),
+                                Traits<T>::unpack2(*reinterpret_cast<const std::uint32_t*>(smem + pt_off + off + 8 * Br * 2))};
+  #pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = q_col_w + n * 8 + 2 * t4 + e;
+            const float del = del_t[col];
+  #pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const float pv = e == 0 ? pf[hr].x : pf[hr].y;
+              float ds = pv * (dp_acc[i][2 * hr + e] - del);
+              if (kCap && softcap_on && pv > 0.0f) {  // head_dim 256 takes this copy uncapped too
+                // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
+                const float log2_to_t = 0.6931471805599453f / p.softcap;  // v/(cap*log2e)
+                const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
+                ds *= 1.0f - tt * tt;
+              }
+              dp_acc[i][2 * hr + e] = ds;
+            }
+          }
+        }
+      };
+      // WQ = 2 (head_dim 256) keeps one copy: two spilled. Its softcap test is predicated
+      // (FSETP + @P MUFU.LG2), not branched, in SASS.
+      if constexpr (WQ == 2) {
+        ds_step(std::true_type{});
+      } else {
+        if (softcap_on) ds_step(std::true_type{}); else ds_step(std::false_type{});
+      }
+      // dS^T to smem ([Bc][Br]) for the dQ step (and for the partner warp when WQ = 2).
+  #pragma unroll
+      for (int m = 0; m < MR; ++m) {
+  #pragma unroll
+        for (int n = 0; n < kQCols / 8; ++n) {
+          const int i = m * (kQCols / 8) + n;
+          const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+          *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]);
+          *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]);
+        }
+      }
+
+      // ---- dK += dS^T Q ----
+      {
+        std::uint32_t da[Br / 16][4];
+        if constexpr (WQ == 1) {
+  #pragma unroll
+          for (int t = 0; t < Br / 16; ++t) {
+            da[t][0] = Traits<T>::pack2(dp_acc[2 * t][0], dp_acc[2 * t][1]);
+            da[t][1] = Traits<T>::pack2(dp_acc[2 * t][2], dp_acc[2 * t][3]);
+            da[t][2] = Traits<T>::pack2(dp_acc[2 * t + 1][0], dp_acc[2 * t + 1][1]);
+            da[t][3] = Traits<T>::pack2(dp_acc[2 * t + 1][2], dp_acc[2 * t + 1][3]);
+          }
+        } else {
+          asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+          const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
+  #pragma unroll
+          for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(da[t], s_base + ds_off + swz<Br>(a_row, 2 * t + (lane >> 4)));
+        }
+        gemm_ay<kBf16, D, Br, kDCols>(dk_acc, da, sQ, d_col_w, lane);
+      }
+
     }
 
     if (Stages == 2 && item + 1 < n_items) cp_async_wait<0>();  // step i+1's tiles (own copies)
@@ -505,13 +567,23 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     // Stages = 2 it also publishes step i+1's tiles. The dS^T buffer read below is next
     // written by step i+2, after B(i+1), which no warp passes before finishing this dQ.
     __syncthreads();
-    if (Stages == 2 && item + 2 < n_items) {
-      load_item(item + 2, st);  // into the stage this step has finished with
-      cp_async_commit();
-    } else if (Stages == 1 && item + 1 < n_items) {
-      load_item(item + 1, 0);
-      cp_async_commit();
-    }
+    auto prefetch = [&] {
+      if (Stages == 2 && item + 2 < n_items) {
+        load_item(item + 2, st);  // into the stage this step has finished with
+        cp_async_commit();
+      } else if (Stages == 1 && item + 1 < n_items) {
+        load_item(item + 1, 0);
+        cp_async_commit();
+      }
+    };
+    // head_dim 128 issues it after the dQ GEMM (which reads only dS^T and K, not the stage's
+    // Q/dO/LSE/D): its ~250 address instructions then issue while the dQ HMMAs drain instead of
+    // delaying the first dQ ldmatrix (the prefetch is its own basic block). Only with Stages = 2,
+    // where it is step i+2's and has a whole step to land; single-buffered layouts (head_dim 256,
+    // head_dim 128's compact ones) load step i+1's, waited for at the top of the next step, so
+    // they issue it here, where the dQ GEMM hides its latency.
+    constexpr bool kPrefetchAfterDq = MR > 1 && Stages == 2;
+    if constexpr (!kPrefetchAfterDq) prefetch();
 
     // ---- dQ_i += dS K_j: warps tile (Br, D) as 4 x 2 ----
     {
@@ -548,6 +620,8 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
           }
         }
       }
+
+      if constexpr (kPrefetchAfterDq) prefetch();
 
       int* lock = nullptr;
       if (p.locks != nullptr) {

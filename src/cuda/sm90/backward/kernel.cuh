@@ -38,6 +38,7 @@
 #include "cuda/primitives/sm90/stmatrix.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
 #include "cuda/sm80/backward/backward.h"
+#include "cuda/sm80/backward/cta_work.cuh"
 #include "cuda/sm90/backward/kernel_traits.cuh"
 #include "math/mask.h"
 
@@ -96,48 +97,15 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
   const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
   const int b = blockIdx.z;
 
-  // ---- the sm80 kernel's sequence bounds and query-tile range, unchanged ----
-  int q_len = p.seq_q, k_len = p.seq_k;
-  std::int64_t q_row0 = 0, k_row0 = 0;
-  std::int64_t q_gr0 = static_cast<std::int64_t>(b) * p.seq_q, k_gr0 = static_cast<std::int64_t>(b) * p.seq_k;
-  if (p.cu_seqlens_q != nullptr) {
-    q_row0 = p.cu_seqlens_q[b];
-    q_len = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
-    k_row0 = p.cu_seqlens_k[b];
-    k_len = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
-    q_gr0 = q_row0;
-    k_gr0 = k_row0;
-  }
-  const int kv0 = j_tile * Bc;
-  if (kv0 >= k_len) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
-  const int kv1 = min(kv0 + Bc, k_len);
-
-  const math::MaskSpec mask = math::MaskSpec::make(q_len, k_len, p.causal, p.window_left, p.window_right);
-  const int n_qt = (q_len + Br - 1) / Br;
-  // Query tiles whose visible-key union meets [kv0, kv1) (the deterministic counters rely on
-  // exactly this predicate, as in the sm80 kernel).
-  auto tile_keys = [&](int it) {
-    const int r0 = it * Br;
-    return math::visible_keys_of_rows(mask, r0, min(r0 + Br, q_len));
-  };
-  int it0, it1;
-  {
-    int lo = 0, hi = n_qt;
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      if (tile_keys(mid).end > kv0) hi = mid; else lo = mid + 1;
-    }
-    it0 = lo;
-    hi = n_qt;
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      if (tile_keys(mid).begin >= kv1) hi = mid; else lo = mid + 1;
-    }
-    it1 = lo;
-  }
-  const int n_tiles = it1 - it0;
-  const int n_items = n_tiles > 0 ? n_tiles * p.heads_per_split : 0;
-  const int h0 = hkv * p.group + split * p.heads_per_split;
+  // ---- the CTA's sequence bounds and query tiles: the sm80 kernel's (cta_work.cuh) ----
+  sm80::bwd::CtaWork<Br> w;
+  if (!sm80::bwd::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence
+  const int q_len = w.q_len, k_len = w.k_len;
+  std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
+  const int kv0 = w.kv0, kv1 = w.kv1;
+  const math::MaskSpec mask = w.mask;
+  const int it0 = w.it0, n_tiles = w.n_tiles, n_items = w.n_items, h0 = w.h0;
+  auto tile_keys = [&](int it) { return w.tile_keys(it); };
 
   const T* qg_ptr = static_cast<const T*>(p.q);
   const T* kg_ptr = static_cast<const T*>(p.k);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/common/device_limits.h"
 #include "cuda/sm80/backward/tiles.h"
 #include "cuda/sm90/backward/backward_sm90.h"
 #include "cuda/sm90/backward/kernel_traits.cuh"
@@ -44,13 +45,10 @@ bool backward_applicable(const BackwardParams& p, std::string* why) {
     return fail(why, std::string("TESSERA_CUDA_BACKWARD=") + path + " selects the sm80 main kernel");
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) return fail(why, "dtype: f16 or bf16 only");
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 64, 128 or 256 only");
-  int major = 0, minor = 0, optin = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return fail(why, "device attributes unreadable");
-  }
+  DeviceLimits dev;
+  std::string unreadable;
+  if (!read_device_limits(p.device.index, &dev, &unreadable)) return fail(why, unreadable);
+  const int major = dev.major, minor = dev.minor, optin = dev.smem_optin;
   // sm_90a code runs on compute capability 9.0 only.
   if (major != 9 || minor != 0) return fail(why, "device: compute capability 9.0 only");
   if (optin < backward_shape(p.head_dim).smem_bytes) return fail(why, "device: not enough opt-in shared memory");

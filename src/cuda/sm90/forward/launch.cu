@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/common/device_limits.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device_scope.h"
 #include "cuda/primitives/sm90/tensor_map.h"
@@ -116,13 +117,10 @@ bool forward_applicable(const AttentionParams& p, std::string* why) {
     if (p.dtype != DType::f16 && p.dtype != DType::bf16) return fail(why, "dtype: f16, bf16 or fp8_e4m3 only");
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 64, 128 or 256 only");
   }
-  int major = 0, minor = 0, optin = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return fail(why, "device attributes unreadable");
-  }
+  DeviceLimits dev;
+  std::string unreadable;
+  if (!read_device_limits(p.device.index, &dev, &unreadable)) return fail(why, unreadable);
+  const int major = dev.major, minor = dev.minor, optin = dev.smem_optin;
   // sm_90a code runs on compute capability 9.0 only.
   if (major != 9 || minor != 0) return fail(why, "device: compute capability 9.0 only");
   const int smem = p.dtype == DType::e4m3
