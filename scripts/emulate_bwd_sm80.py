@@ -18,13 +18,18 @@
 # Phase order per step (kernel.cuh, head_dim 128): S^T, P, dP^T, dS, P^T + dS^T stores | pair
 # barrier | dV, dK | wait + barrier B(i) | dQ GEMM, prefetch of item i+2, dQ reductions.
 # Update it with the kernel, or delete it once the kernel has passed on a GPU.
-# Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--break NAME] [--quick]   (~20 s)
+# Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--compact] [--break NAME] [--quick]   (~20 s)
 # --sm80 replays the sm_80 build's double-buffered S^T/dP^T GEMM order (kDoubleBuffer) and its
 # general copy's P^T stores before the dP^T GEMM (kEarlyPT).
+# --compact replays Cfg<128, 1> (Stages = 1: one Q/dO/dS^T stage, 128.5 KB; A100/A30): item 0
+# alone is loaded before the loop, item i+1 into stage 0 after barrier B(i), before the dQ GEMM
+# (kPrefetchAfterDq is false), and the general copy stores P^T early on every arch
+# (kRegMeasures). Cfg<128, 2> (64-row KV tiles, MR = 1: head_dim 256's code path) is not emulated.
 import argparse, math, sys
 import numpy as np
 
-D, Bc, Br, WQ, MR, MQ, STAGES = 128, 128, 64, 2, 2, 2, 2  # tiles.h Cfg<128>
+D, Bc, Br, WQ, MR, MQ = 128, 128, 64, 2, 2, 2  # tiles.h Cfg<128, 0> and Cfg<128, 1>
+STAGES = 1 if "--compact" in sys.argv[1:] else 2  # Cfg<128, 1> : Cfg<128, 0>
 kRowsW = 16 * MR
 kWarpsKV = Bc // kRowsW
 kWarps = kWarpsKV * WQ
@@ -41,7 +46,7 @@ kOffDS = kOffDO + kTileQ
 kOffPT = kOffQ + STAGES * kStage
 kOffLse = kOffPT + Bc * Br * 2
 kSmem = kOffLse + 2 * STAGES * Br * 4
-assert (kWarps, kQCols, kDCols, kDqWarpsM, kDqCols, kSmem) == (8, 32, 64, 2, 32, 181248)
+assert (kWarps, kQCols, kDCols, kDqWarpsM, kDqCols, kSmem) == (8, 32, 64, 2, 32, 181248 if STAGES == 2 else 131584)
 LOG2E = 1.4426950408889634
 
 lane = np.arange(32)
@@ -301,10 +306,10 @@ def run(case):
                 stage_item[st] = item
 
             if n_items > 0: load_item(0, 0)
-            if n_items > 1: load_item(1, 1)
+            if STAGES == 2 and n_items > 1: load_item(1, 1)
             for item in range(n_items):
                 step += 1
-                st = item & 1
+                st = item & 1 if STAGES == 2 else 0
                 h = h0 + item // n_tiles
                 it = it0 + item % n_tiles
                 q0 = it * Br
@@ -364,8 +369,9 @@ def run(case):
                                         pv = np.exp2(v - l2)
                                     pv = np.where(np.isfinite(l2), pv, 0.0)  # exp2(-inf) = 0
                                     s[:, i, 2 * hr + e] = np.where(vis0 if hr == 0 else vis1, pv, 0.0)
-                    # the sm_80 build's general copy stores P^T before the dP^T GEMM (kEarlyPT)
-                    early_pt = DOUBLE_BUFFER and general
+                    # the sm_80 build's general copy stores P^T before the dP^T GEMM (kEarlyPT);
+                    # Cfg<128, 1>'s on every arch (kRegMeasures)
+                    early_pt = (DOUBLE_BUFFER or STAGES == 1) and general
                     if early_pt:
                         store_pt(w, fo, s)
                     dp = gemm_xyT(sm, kOffV, kv_row_w, sDO, q_col_w, kQCols, tile_check)
@@ -392,15 +398,18 @@ def run(case):
                             off = atom_off(fo, m, n)
                             sm.store32(ds_off + off, dp[:, i, 0], dp[:, i, 1], step, w)
                             sm.store32(ds_off + off + 8 * Br * 2, dp[:, i, 2], dp[:, i, 3], step, w)
-                if BREAK == "prefetch_early" and item + 2 < n_items:
-                    load_item(item + 2, st)
+                if BREAK == "prefetch_early" and item + STAGES < n_items:
+                    load_item(item + STAGES, st)
                 # pair barrier; dV += P^T dO, dK += dS^T Q
                 for w in range(kWarps):
                     kvg, kv_row_w, q_col_w, d_col_w, fo = roles[w]
                     gemm_sy(sm, dv_acc[w], kOffPT, kv_row_w, sDO, d_col_w, pair_check(w), tile_check)
                     gemm_sy(sm, dk_acc[w], ds_off, kv_row_w, sQ, d_col_w, pair_check(w), tile_check)
 
-                # barrier B(i); dQ_i += dS K_j, 2 x 4 warps of 32 x 32
+                # barrier B(i); Stages = 1: item i+1 into stage 0 (before the dQ GEMM)
+                if STAGES == 1 and item + 1 < n_items and BREAK != "prefetch_early":
+                    load_item(item + 1, 0)
+                # dQ_i += dS K_j, 2 x 4 warps of 32 x 32
                 def step_check(slots):
                     assert np.all(sm.step[slots] == step), "dQ reads dS^T of another step"
                 for w in range(kWarps):
@@ -421,7 +430,7 @@ def run(case):
                             for mq in range(MQ):
                                 mma(dq[:, mq * (kN // 8) + 2 * np_], a[mq], bb[:, 0], bb[:, 1])
                                 mma(dq[:, mq * (kN // 8) + 2 * np_ + 1], a[mq], bb[:, 2], bb[:, 3])
-                    if w == kWarps - 1 and item + 2 < n_items and BREAK != "prefetch_early":
+                    if STAGES == 2 and w == kWarps - 1 and item + 2 < n_items and BREAK != "prefetch_early":
                         load_item(item + 2, st ^ 1 if BREAK == "prefetch_stage" else st)  # after the dQ GEMM
                     acc_base = (h * q_len + q0) * D  # (h * total_q + q_gr0 + q0) * D, one batch
                     for mq in range(MQ):
@@ -478,10 +487,14 @@ def main():
     ap.add_argument("--break", dest="brk", choices=sorted(BREAKS), help="run a deliberately broken variant")
     ap.add_argument("--quick", action="store_true", help="first case only")
     ap.add_argument("--sm80", action="store_true", help="the sm_80 build's double-buffered gemm_xyT order")
+    ap.add_argument("--compact", action="store_true", help="Cfg<128, 1>: Stages = 1 (read at import)")
     a = ap.parse_args()
+    if a.brk == "prefetch_stage" and STAGES == 1:
+        ap.error("--break prefetch_stage needs two stages (not --compact)")
     global DOUBLE_BUFFER
     BREAK, DOUBLE_BUFFER = a.brk, a.sm80
     print("gemm_xyT order:", "sm_80 build (double-buffered)" if DOUBLE_BUFFER else "sm_90 build (plain loop)")
+    print(f"stages: {STAGES} (smem {kSmem} B)")
     if BREAK: print(f"broken variant: {BREAK}: {BREAKS[BREAK]}")
     ok = True
     for c in CASES[:1] if a.quick else CASES:

@@ -1,6 +1,7 @@
 // The CUDA backward (the sm80 FA2-class main kernel; on compute capability 9.0 the sm90 wgmma one
-// at head_dim 64, 128 and 256 unless TESSERA_CUDA_BACKWARD=portable; CTest runs this suite both
-// ways) against
+// at head_dim 64, 128 and 256 unless TESSERA_CUDA_BACKWARD=portable or portable-compact; CTest
+// runs this suite all three ways, the last with the sm80 kernel's compact layout at head_dim 128)
+// against
 // the fp64 oracle gradients under the tolerance rule
 //   max |kernel - oracle| <= 2 * max |naive same-precision - oracle| + rounding floor,
 // for dq, dk and dv separately, on a covering grid (seq 1/17/113/1023, seq_q != seq_k both
@@ -11,12 +12,14 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "api/build_params.h"
 #include "cpu/reference.h"
+#include "cuda/sm80/backward/backward.h"
 #include "gpu/gpu_support.h"
 #include "support/test_support.h"
 #include "tessera/attention.h"
@@ -150,6 +153,9 @@ std::vector<CaseSpec> grid() {
       // key past a KV tile of 64.
       dense(bf16, 1, 31, 65, 2, 1, 256, opts(false)),
       dense(f16, 2, 63, 127, 4, 2, 256, opts(true, -1, -1, 2.5f), 8),
+      // d128 in the sm80 kernel's compact2 layout (99 KB parts) walks KV tiles of 64: one key
+      // past a tile, GQA with softcap.
+      dense(f16, 1, 70, 65, 4, 2, 128, opts(false, -1, -1, 3.0f), 8),
   };
 }
 
@@ -276,7 +282,8 @@ TEST(CudaBackward, DispatchTakesSm90KernelUnlessPortable) {
   TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
 #if defined(TESSERA_HAS_SM90_KERNELS)
   const char* forced = std::getenv("TESSERA_CUDA_BACKWARD");
-  const bool portable = forced != nullptr && std::string(forced) == "portable";
+  // "portable", "portable-compact", "portable-compact2": all keep the sm80 kernel.
+  const bool portable = forced != nullptr && std::string(forced).rfind("portable", 0) == 0;
   auto rng = fresh_rng();
   for (const CaseSpec& s : {dense(DType::bf16, 2, 113, 300, 4, 1, 128, opts(true)),
                             ragged(DType::f16, {17, 0, 113}, {113, 0, 17}, 4, 2, 128, opts(false, 8, 8, 2.0f)),
@@ -295,6 +302,46 @@ TEST(CudaBackward, DispatchTakesSm90KernelUnlessPortable) {
 #else
   if (major == 9) GTEST_SKIP() << "this build has no sm90 kernels (architecture list without 90)";
 #endif
+}
+
+// The sm80 kernel's layout (tiles.h Cfg<D, V>): the default where the device's opt-in shared memory
+// per block allows it, else the first compact one that fits (only head_dim 128 has any);
+// TESSERA_CUDA_BACKWARD=portable-compact (CTest's third run) / portable-compact2 force head_dim
+// 128's compact layouts 1 / 2 at least. The needs are docs/perf/backward_sm80.md's table.
+TEST(CudaBackward, Sm80LayoutFollowsSharedMemory) {
+  namespace sm80 = cuda::sm80;
+  EXPECT_EQ(sm80::backward_shape(64, 0).smem_bytes, 99328);
+  EXPECT_EQ(sm80::backward_shape(128, 0).smem_bytes, 181248);
+  EXPECT_EQ(sm80::backward_shape(128, 1).smem_bytes, 131584);
+  EXPECT_EQ(sm80::backward_shape(128, 2).smem_bytes, 82432);
+  EXPECT_EQ(sm80::backward_shape(256, 0).smem_bytes, 147968);
+  EXPECT_EQ(sm80::backward_shape(128, 2).block_kv, 64);
+  EXPECT_EQ(sm80::backward_shape(64, 1).block_kv, 0);  // no such layout
+  const char* env = std::getenv("TESSERA_CUDA_BACKWARD");
+  const std::string e = env != nullptr ? env : "";
+  const int forced = e == "portable-compact" ? 1 : e == "portable-compact2" ? 2 : 0;
+  // Opt-in limits: H100/H200 227 KB, A100/A30 163 KB, sm_86/sm_89 99 KB.
+  constexpr int kHopper = 232448, kA100 = 166912, kAda = 101376;
+  EXPECT_EQ(sm80::backward_variant(64, kAda), 0);
+  EXPECT_EQ(sm80::backward_variant(256, kA100), 0);
+  EXPECT_EQ(sm80::backward_variant(256, kAda), -1);
+  EXPECT_EQ(sm80::backward_variant(128, kHopper), forced);
+  EXPECT_EQ(sm80::backward_variant(128, kA100), std::max(forced, 1));
+  EXPECT_EQ(sm80::backward_variant(128, kAda), 2);
+  EXPECT_EQ(sm80::backward_variant(128, 80 * 1024), -1);
+  int dev = 0, optin = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&dev));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  for (int d : {64, 128, 256}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d) + ", opt-in " + std::to_string(optin));
+    const int v = sm80::backward_variant(d, optin);
+    if (v >= 0) {
+      EXPECT_LE(sm80::backward_shape(d, v).smem_bytes, optin);
+    }
+    if (v > std::min(forced, d == 128 ? 2 : 0)) {
+      EXPECT_GT(sm80::backward_shape(d, v - 1).smem_bytes, optin);
+    }
+  }
 }
 
 // What the CUDA backward does not take is refused before anything is written.

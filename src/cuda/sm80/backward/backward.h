@@ -64,11 +64,19 @@ struct BwdShape {
   int threads;
   int smem_bytes;
 };
-BwdShape backward_shape(int head_dim);  // head_dim in {64, 128, 256}
+// head_dim in {64, 128, 256}; variant: the layout (tiles.h Cfg<D, V>; 0 the default). A variant
+// head_dim does not have gives {0, 0, 0, 0}.
+BwdShape backward_shape(int head_dim, int variant = 0);
 
-// One instance per (dtype, head dim), in instance_hdim*.cu. Launches the main kernel on
-// `stream` with grid (kv tiles, heads_kv * n_splits, batch).
-template <typename T, int kHeadDim>
+// The layout variant the sm80 kernel runs at `head_dim` on a device allowing `optin_smem` bytes
+// of dynamic shared memory per block: the first (largest) that fits, or at least the one
+// TESSERA_CUDA_BACKWARD=portable-compact (1) / portable-compact2 (2) forces (capped at the
+// head dim's last); -1 when none fits. attention_backward and supports_backward both use it.
+int backward_variant(int head_dim, int optin_smem);
+
+// One instance per (dtype, head dim, layout variant), in instance_hdim*.cu. Launches the main
+// kernel on `stream` with grid (kv tiles, heads_kv * n_splits, batch).
+template <typename T, int kHeadDim, int kVariant = 0>
 void launch_backward_main(const BwdArgs& args, void* stream);
 
 }  // namespace tessera::cuda::sm80

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -24,13 +26,42 @@
 namespace tessera::cuda {
 namespace sm80 {
 
-BwdShape backward_shape(int head_dim) {
-  switch (head_dim) {
-    case 64: return {bwd::Layout<64>::Bc, bwd::Layout<64>::Br, bwd::Layout<64>::kThreads, bwd::Layout<64>::kSmem};
-    case 128: return {bwd::Layout<128>::Bc, bwd::Layout<128>::Br, bwd::Layout<128>::kThreads, bwd::Layout<128>::kSmem};
-    case 256: return {bwd::Layout<256>::Bc, bwd::Layout<256>::Br, bwd::Layout<256>::kThreads, bwd::Layout<256>::kSmem};
+namespace {
+
+template <int D, int V>
+constexpr BwdShape shape_of() {
+  using L = bwd::Layout<D, V>;
+  return {L::Bc, L::Br, L::kThreads, L::kSmem};
+}
+
+// The layout TESSERA_CUDA_BACKWARD forces at least: "portable-compact" 1, "portable-compact2" 2
+// (both also keep the sm80 kernel on Hopper, see sm90::backward_applicable), else 0.
+int forced_variant() {
+  const char* path = std::getenv("TESSERA_CUDA_BACKWARD");
+  if (path == nullptr) return 0;
+  if (std::strcmp(path, "portable-compact") == 0) return 1;
+  if (std::strcmp(path, "portable-compact2") == 0) return 2;
+  return 0;
+}
+
+}  // namespace
+
+BwdShape backward_shape(int head_dim, int variant) {
+  switch (head_dim * 4 + variant) {
+    case 64 * 4 + 0: return shape_of<64, 0>();
+    case 128 * 4 + 0: return shape_of<128, 0>();
+    case 128 * 4 + 1: return shape_of<128, 1>();
+    case 128 * 4 + 2: return shape_of<128, 2>();
+    case 256 * 4 + 0: return shape_of<256, 0>();
     default: return {0, 0, 0, 0};
   }
+}
+
+int backward_variant(int head_dim, int optin_smem) {
+  const int count = bwd::variant_count(head_dim);
+  for (int v = std::min(forced_variant(), count - 1); v < count; ++v)
+    if (backward_shape(head_dim, v).smem_bytes <= optin_smem) return v;
+  return -1;
 }
 
 namespace {
@@ -173,16 +204,26 @@ void launch_post(const PostArgs& a, cudaStream_t stream) {
 
 // use_sm90: the sm90 (wgmma) main kernel replaces the sm80 one; it walks the same tiles and
 // uses the same arguments and workspace, so the pre/post kernels serve both.
+// The sm80 main kernel in layout `variant` (backward_variant; only head_dim 128 has more than one).
+template <typename T, int D>
+void launch_sm80_main(const BwdArgs& args, int variant, cudaStream_t stream) {
+  if constexpr (D == 128) {
+    if (variant == 1) return launch_backward_main<T, D, 1>(args, stream);
+    if (variant == 2) return launch_backward_main<T, D, 2>(args, stream);
+  }
+  launch_backward_main<T, D>(args, stream);
+}
+
 template <typename T, int D>
 void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
-               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, cudaStream_t stream) {
+               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, int variant, cudaStream_t stream) {
   launch_pre<T, D>(pre, stream);
 #if defined(TESSERA_HAS_SM90_KERNELS)
   if (use_sm90) sm90::launch_backward_main(p, args, stream);
-  else launch_backward_main<T, D>(args, stream);
+  else launch_sm80_main<T, D>(args, variant, stream);
 #else
   (void)use_sm90;
-  launch_backward_main<T, D>(args, stream);
+  launch_sm80_main<T, D>(args, variant, stream);
 #endif
   launch_post<T, D>(post_dq, stream);
   if (args.n_splits > 1) {
@@ -194,11 +235,11 @@ void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre,
 
 template <typename T>
 void run_dtype(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
-               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, cudaStream_t stream) {
+               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, int variant, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, stream);
-    case 128: return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, stream);
-    case 256: return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, stream);
+    case 64: return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
+    case 128: return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
+    case 256: return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q", "attention_backward: head_dim " + std::to_string(p.head_dim) + " not compiled");
@@ -227,12 +268,21 @@ std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
 namespace {
 
 constexpr const char* kBackwardSupport =
-    "supported on CUDA: f16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0, a saved lse, "
+    "supported on CUDA: f16 or bf16, head_dim 64, 128 or 256, compute capability >= 8.0 (head_dim 256: with "
+    "144 KB of shared memory per block), a saved lse, "
     "16-byte aligned pointers and 16-byte multiple batch/row/head strides";
 
 bool bwd_fail(std::string* why, const std::string& what) {
   if (why != nullptr) *why = what + " (" + kBackwardSupport + ")";
   return false;
+}
+
+int bwd_last_variant(int head_dim) { return sm80::bwd::variant_count(head_dim) - 1; }
+
+// "177 KB", "128.5 KB": bytes / 1024 with one decimal where it is not whole.
+std::string kb(int bytes) {
+  const int tenths = static_cast<int>((static_cast<long long>(bytes) * 10 + 512) / 1024);
+  return std::to_string(tenths / 10) + (tenths % 10 != 0 ? "." + std::to_string(tenths % 10) : "") + " KB";
 }
 
 bool bwd_strides_ok(const StridedPtr& t, const char* name, std::string* why) {
@@ -268,10 +318,17 @@ bool supports_backward(const BackwardParams& p, std::string* why) {
   if (!read_device_limits(p.device.index, &dev, &unreadable)) return bwd_fail(why, unreadable);
   const int major = dev.major, optin = dev.smem_optin;
   if (major < 8) return bwd_fail(why, "device: expected compute capability >= 8.0, got " + std::to_string(major) + ".x");
-  if (optin < shape.smem_bytes)
-    return bwd_fail(why, "head_dim " + std::to_string(p.head_dim) + ": the backward needs " +
-                             std::to_string(shape.smem_bytes / 1024) + " KB of shared memory per block, the device allows " +
-                             std::to_string(optin / 1024) + " KB");
+  // The sm80 kernel's layout: the default, or a compact one where the default does not fit
+  // (head_dim 128 below 177 KB; the sm90 kernel, where it applies, needs no more than the default).
+  if (sm80::backward_variant(p.head_dim, optin) < 0) {
+    const int last = bwd_last_variant(p.head_dim);
+    const int need = sm80::backward_shape(p.head_dim, last).smem_bytes;
+    return bwd_fail(why, "head_dim " + std::to_string(p.head_dim) + ": the backward needs " + std::to_string(need) +
+                             " bytes (" + kb(need) + ") of shared memory per block" +
+                             (last > 0 ? " in its most compact layout" : "") + ", the device (cuda:" +
+                             std::to_string(p.device.index) + ") allows " + std::to_string(optin) + " bytes (" +
+                             kb(optin) + ")");
+  }
   if (why != nullptr) why->clear();
   return true;
 }
@@ -290,13 +347,23 @@ void attention_backward(const BackwardParams& p) {
   // TESSERA_CUDA_BACKWARD=portable); the grid, split, workspace and pre/post kernels below are
   // the same for both, sized from the tiles of the main kernel that runs (the sm90 kernel's
   // differ at head_dim 64: query tiles of 128 rows, which only the deterministic counters see).
+  // The sm80 kernel's layout: the default where it fits the device's opt-in shared memory, else
+  // a compact one (backward_variant; supports_backward has refused devices where none fits).
+  int optin = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index));
+  const int variant = std::max(backward_variant(D, optin), 0);
 #if defined(TESSERA_HAS_SM90_KERNELS)
   const bool use_sm90 = sm90::backward_applicable(p);
-  const BwdShape shape = use_sm90 ? sm90::backward_shape(p.head_dim) : backward_shape(p.head_dim);
+  const BwdShape shape = use_sm90 ? sm90::backward_shape(p.head_dim) : backward_shape(p.head_dim, variant);
 #else
   const bool use_sm90 = false;
-  const BwdShape shape = backward_shape(p.head_dim);
+  const BwdShape shape = backward_shape(p.head_dim, variant);
 #endif
+  if (!use_sm90 && backward_variant(D, optin) < 0) {  // callers normally ask supports_backward first
+    std::string why;
+    (void)supports_backward(p, &why);
+    throw Error(ErrorCode::unsupported, "q", "attention_backward: " + why);
+  }
 
   // Split a GQA group over CTAs only while the grid is smaller than the device.
   const int group = p.group();
@@ -373,9 +440,9 @@ void attention_backward(const BackwardParams& p) {
     PostArgs post_dv{a.dv_part, p.dv.ptr, p.dv.batch, p.dv.row, p.dv.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
 
     if (p.dtype == DType::bf16)
-      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, stream);
+      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
     else
-      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, stream);
+      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
   } catch (...) {
     (void)cudaFreeAsync(ws, stream);
     throw;

@@ -186,14 +186,16 @@ __device__ __forceinline__ void gemm_sy(float (&acc)[MR * NCOLS / 8][4], std::ui
 
 // CTAs per SM the registers are budgeted for, per target arch (see Layout::kMinBlocksSm90).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define TESSERA_BWD_MIN_BLOCKS(D) (Layout<D>::kMinBlocksSm90)
+#define TESSERA_BWD_MIN_BLOCKS(D, V) (Layout<D, V>::kMinBlocksSm90)
 #else
-#define TESSERA_BWD_MIN_BLOCKS(D) (Layout<D>::kMinBlocks)
+#define TESSERA_BWD_MIN_BLOCKS(D, V) (Layout<D, V>::kMinBlocks)
 #endif
 
-template <typename T, int D>
-__global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)) backward_main_kernel(const BwdArgs p) {
-  using L = Layout<D>;
+// V: the layout variant (tiles.h Cfg<D, V>).
+template <typename T, int D, int V>
+__global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS(D, V))
+    backward_main_kernel(const BwdArgs p) {
+  using L = Layout<D, V>;
   constexpr int Bc = L::Bc, Br = L::Br, WQ = L::WQ, Stages = L::Stages, MR = L::MR;
   constexpr int kThreads = L::kThreads, kQCols = L::kQCols, kDCols = L::kDCols;
   constexpr bool kBf16 = Traits<T>::is_bf16;
@@ -204,6 +206,11 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
 #else
   constexpr bool kSm80D128 = false;
 #endif
+  // head_dim 128's compact layout 1 (Stages = 1, what A100/A30 run) takes both on sm_90 too:
+  // there ptxas spilled 8 B (f16) without them, 12 B (f16) with `fo` opaque alone, 8 B (bf16)
+  // with the early P^T stores alone; and the forced Hopper test then runs the code A100 runs.
+  // False for every default layout (their Stages = 2 or MR = 1).
+  constexpr bool kRegMeasures = kSm80D128 || (MR > 1 && Stages == 1);
 
   extern __shared__ __align__(128) unsigned char smem[];
   const std::uint32_t s_base = smem_u32(smem);
@@ -317,7 +324,7 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
     // sm_80 head_dim 128 too: without it (and without the early P^T stores of the general copy
     // in `front`) ptxas spilled 8 / 12 B (bf16 / f16) of loop constants, reloaded after the
     // pair barrier.
-    if constexpr (L::kMinBlocksSm90 > 1 || kSm80D128) asm volatile("" : "+r"(fo));
+    if constexpr (L::kMinBlocksSm90 > 1 || kRegMeasures) asm volatile("" : "+r"(fo));
     // Element masking only where the tile is not wholly visible or hangs over k_len.
     const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
 
@@ -381,8 +388,9 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
         // bound the P step before the GEMM (ptxas otherwise sank the predicated MUFU.EX2 into it,
         // keeping S^T and the masks live there), and the softcap term re-reads LSE from smem
         // (predicated, like the term) instead of keeping it in registers through the GEMM. With
-        // `fo` opaque per step this leaves sm_80 head_dim 128 at 255 registers, no spill.
-        constexpr bool kEarlyPT = kSm80D128 && kGeneral;
+        // `fo` opaque per step this leaves sm_80 head_dim 128 at 255 registers, no spill. The
+        // compact layout 1 does the same on sm_90 too (kRegMeasures).
+        constexpr bool kEarlyPT = kRegMeasures && kGeneral;
         const auto store_pt = [&] {
 #pragma unroll
           for (int m = 0; m < MR; ++m) {
@@ -570,8 +578,12 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
     };
     // head_dim 128 issues it after the dQ GEMM (which reads only dS^T and K, not the stage's
     // Q/dO/LSE/D): its ~250 address instructions then issue while the dQ HMMAs drain instead of
-    // delaying the first dQ ldmatrix (the prefetch is its own basic block).
-    if constexpr (MR == 1) prefetch();
+    // delaying the first dQ ldmatrix (the prefetch is its own basic block). Only with Stages = 2,
+    // where it is step i+2's and has a whole step to land; single-buffered layouts (head_dim 256,
+    // head_dim 128's compact ones) load step i+1's, waited for at the top of the next step, so
+    // they issue it here, where the dQ GEMM hides its latency.
+    constexpr bool kPrefetchAfterDq = MR > 1 && Stages == 2;
+    if constexpr (!kPrefetchAfterDq) prefetch();
 
     // ---- dQ_i += dS K_j: warps tile (Br, D) as 4 x 2 ----
     {
@@ -609,7 +621,7 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
         }
       }
 
-      if constexpr (MR > 1) prefetch();
+      if constexpr (kPrefetchAfterDq) prefetch();
 
       int* lock = nullptr;
       if (p.locks != nullptr) {
@@ -702,12 +714,12 @@ __global__ void __launch_bounds__(Layout<D>::kThreads, TESSERA_BWD_MIN_BLOCKS(D)
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int V = 0>
 void launch_main(const BwdArgs& args, void* stream) {
-  using L = Layout<D>;
+  using L = Layout<D, V>;
   const int kv_tiles = (args.seq_k + L::Bc - 1) / L::Bc;
   if (kv_tiles == 0 || args.batch == 0 || args.heads_kv == 0) return;
-  auto kernel = backward_main_kernel<T, D>;
+  auto kernel = backward_main_kernel<T, D, V>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
   if constexpr (L::kMinBlocksSm90 > 1) {
     // Two CTAs need the largest shared carveout (228 KB on sm_90); a hint, harmless elsewhere.

@@ -4,14 +4,19 @@
 
 namespace tessera::cuda::sm80::bwd {
 
-template <int D>
+// V: the layout variant. 0 is the default; 1, 2 are "compact" layouts for devices whose opt-in
+// shared memory per block is below the default's need (backward_variant in backward_entry.cu
+// picks the first that fits; TESSERA_CUDA_BACKWARD=portable-compact / portable-compact2 force
+// them for tests). Only head_dim 128 has any (docs/perf/backward_sm80.md, "Shared memory on
+// Ampere and Ada").
+template <int D, int V = 0>
 struct Cfg;
 // MR: m16 atoms of KV rows per warp (16 * MR rows); MQ: m16 atoms of query rows per warp in
 // the dQ GEMM. A B fragment loaded once feeds MR (MQ) HMMAs, which is what cuts shared traffic.
 // head_dim 64: Bc = 128 (8 warps x 16 KV rows), Br = 64, Q/dO double-buffered.
 // dK+dV accumulators: 2 * 16 * D / 32 = D regs/thread; S^T and dP^T: 32 each.
 template <>
-struct Cfg<64> {
+struct Cfg<64, 0> {
   static constexpr int Bc = 128, Br = 64, WQ = 1, Stages = 2, MR = 1, MQ = 1;
 };
 // head_dim 128, FA2-style warp layout: 4 KV groups of 32 rows x 2 halves (WQ = 2). Each warp
@@ -20,20 +25,35 @@ struct Cfg<64> {
 // smem (pair barrier, as at head_dim 256). dQ: 2 x 4 warps of 32 query rows x 32 columns.
 // Per step ldmatrix bytes 736 -> 576 KB (see docs/perf/backward_sm80.md).
 template <>
-struct Cfg<128> {
+struct Cfg<128, 0> {
   static constexpr int Bc = 128, Br = 64, WQ = 2, Stages = 2, MR = 2, MQ = 2;
+};
+// head_dim 128, compact 1 (A100/A30: 163 KB opt-in; the default needs 177 KB): the same warp
+// layout with single-buffered Q/dO/dS^T (128.5 KB). The schedule is head_dim 256's: a CTA
+// barrier at the top of each step (step i+1's tiles, loaded during dQ(i), are published; and
+// no warp writes dS^T(i+1) before every warp has finished reading dS^T(i) in dQ(i)).
+template <>
+struct Cfg<128, 1> {
+  static constexpr int Bc = 128, Br = 64, WQ = 2, Stages = 1, MR = 2, MQ = 2;
+};
+// head_dim 128, compact 2 (sm_86/sm_89: 99 KB opt-in): head_dim 256's layout (two warps share
+// 16 KV rows, each half of head_dim) on a 64-row KV tile, single-buffered (80.5 KB). FA2 makes
+// the same choice for these parts (kBlockN 64 at head_dim 128).
+template <>
+struct Cfg<128, 2> {
+  static constexpr int Bc = 64, Br = 64, WQ = 2, Stages = 1, MR = 1, MQ = 1;
 };
 // head_dim 256: dK+dV for 16 x 256 would need 256 regs, so two warps share 16 KV rows,
 // each keeping half of head_dim; P^T/dS^T are exchanged through smem. Single-buffered Q/dO
 // keeps smem at 144 KB (fits A100's 163 KB).
 template <>
-struct Cfg<256> {
+struct Cfg<256, 0> {
   static constexpr int Bc = 64, Br = 64, WQ = 2, Stages = 1, MR = 1, MQ = 1;
 };
 
-template <int D>
+template <int D, int V = 0>
 struct Layout {
-  using C = Cfg<D>;
+  using C = Cfg<D, V>;
   static constexpr int Bc = C::Bc, Br = C::Br, WQ = C::WQ, Stages = C::Stages, MR = C::MR, MQ = C::MQ;
   static constexpr int kRowsW = 16 * MR;  // KV rows per warp
   static constexpr int kWarpsKV = Bc / kRowsW;
@@ -77,5 +97,8 @@ struct Layout {
   static_assert(kQCols % 16 == 0 && kDCols % 16 == 0 && kDqCols % 16 == 0, "fragment pairs");
   static_assert(D / 8 >= 8 && Br / 8 >= 8, "the swizzle needs rows of >= 8 chunks");
 };
+
+// Layout variants compiled per head dim (0 .. count - 1, ever smaller shared memory).
+constexpr int variant_count(int D) { return D == 128 ? 3 : 1; }
 
 }  // namespace tessera::cuda::sm80::bwd

@@ -17,8 +17,9 @@ namespace tessera::cuda::sm90 {
 // True when the sm90 main kernel runs `p`: compute capability 9.0, f16 or bf16,
 // head_dim 64, 128 or 256, and enough opt-in shared memory. Everything the sm80 backward
 // supports at those head dims is then taken (causal, windows, softcap, GQA with split groups, ragged,
-// deterministic). The environment variable TESSERA_CUDA_BACKWARD=portable keeps the sm80 kernel
-// (CTest runs the backward suite both ways). `why` (optional) says what excluded it.
+// deterministic). The environment variable TESSERA_CUDA_BACKWARD=portable (or portable-compact,
+// portable-compact2: the sm80 kernel's compact layouts) keeps the sm80 kernel (CTest runs the
+// backward suite all three ways). `why` (optional) says what excluded it.
 bool backward_applicable(const BackwardParams& p, std::string* why = nullptr);
 
 // The sm90 kernel's tiles for `head_dim` (64, 128, 256; zeros otherwise): the host sizes the

@@ -1,5 +1,5 @@
-// Host entry of the sm90 backward main kernel: applicability (TESSERA_CUDA_BACKWARD=portable
-// opts out; device, dtype, head dim) and the (dtype, head dim) instance.
+// Host entry of the sm90 backward main kernel: applicability (TESSERA_CUDA_BACKWARD=portable,
+// portable-compact, portable-compact2 opt out; device, dtype, head dim) and the (dtype, head dim) instance.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,8 +39,10 @@ bool fail(std::string* why, const std::string& what) {
 
 bool backward_applicable(const BackwardParams& p, std::string* why) {
   const char* path = std::getenv("TESSERA_CUDA_BACKWARD");
-  if (path != nullptr && std::strcmp(path, "portable") == 0)
-    return fail(why, "TESSERA_CUDA_BACKWARD=portable selects the sm80 main kernel");
+  // "portable", and "portable-compact" / "portable-compact2" (which also force the sm80 kernel's
+  // compact layouts, see sm80::backward_variant).
+  if (path != nullptr && std::strncmp(path, "portable", 8) == 0)
+    return fail(why, std::string("TESSERA_CUDA_BACKWARD=") + path + " selects the sm80 main kernel");
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) return fail(why, "dtype: f16 or bf16 only");
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 64, 128 or 256 only");
   DeviceLimits dev;
