@@ -86,8 +86,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 
 }  // namespace
 
-void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int num_sms, bool programmatic,
-                  void* stream) {
+void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int /*merge_rows*/,
+                  int /*merge_fan_in*/, int num_sms, bool programmatic, void* stream) {
   const long long capacity = static_cast<long long>(max_rows) * args.heads_q * (head_dim / 8);
   if (capacity <= 0) return;
   const long long blocks = std::min<long long>((capacity + kMergeThreads - 1) / kMergeThreads, 8LL * num_sms);
