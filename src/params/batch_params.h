@@ -19,6 +19,10 @@ struct BatchRunParams {
   int heads_kv = 0;
   int head_dim = 0;
   std::int64_t total_q = 0;
+  // Of the current plan (host summary): split query rows and their mean partials per row
+  // (rounded up); a hint for the merge launch's shape only, never for what it computes.
+  int merge_rows = 0;
+  int merge_fan_in = 0;
 
   // q and out are (total_q, heads_q, head_dim): row = token, batch stride unused.
   StridedPtr q, o;

@@ -297,6 +297,34 @@ Outputs run_cpu(const Problem& pr) {
   return o;
 }
 
+// The merge kernel a problem's run() takes (src/cuda/batch/merge_kernel.cu, launch_merge):
+// the fan-in kernel (one thread per value, 32 partials' weights per warp step) when the plan's
+// split rows carry more than 16 partials on average and main's kernel would have at most one
+// 256-thread block per SM; the rows kernel (8 values per thread) otherwise. Read from the
+// header of the same plan made on the host (same num_sms, so the same split).
+struct MergeShape {
+  int rows = 0, fan_in = 0;
+  bool fan_in_kernel = false;
+};
+MergeShape merge_shape(const Problem& pr, int max_requests = 0, int max_q_tokens = 0) {
+  const Spec& s = pr.spec;
+  const BatchConfig c = pr.config(max_requests, max_q_tokens);
+  const DeviceFacts facts{Device::cpu(), cuda_facts().num_sms};
+  HostBytes ws(workspace_bytes(pr, max_requests, max_q_tokens));
+  BatchAttention ba(c);
+  const std::vector<std::int32_t> ql(s.q_lens.begin(), s.q_lens.end()), kl(s.kv_lens.begin(), s.kv_lens.end());
+  ba.plan(ql, kl, facts, Workspace{ws.data(), ws.bytes, Device::cpu()});
+  const plan::WorkspaceLayout layout = plan::workspace_layout(plan::make_plan_config(c, facts), ws.bytes);
+  plan::PlanHeader h;
+  std::memcpy(&h, static_cast<const unsigned char*>(ws.data()) + layout.header, sizeof h);
+  MergeShape m;
+  m.rows = h.num_merge_rows;
+  m.fan_in = m.rows > 0 ? (h.num_partial_rows + m.rows - 1) / m.rows : 0;
+  m.fan_in_kernel = m.fan_in > 16 && static_cast<long long>(m.rows) * s.heads_q * (s.head_dim / 8) <=
+                                         256LL * facts.num_sms;
+  return m;
+}
+
 struct Oracle {
   cpu::reference::ForwardResult ref;
   double tol_o = 0, tol_l = 0;
@@ -346,10 +374,15 @@ void expect_close(const Outputs& got, const Oracle& o, const std::string& what) 
   EXPECT_LE(max_abs_error(got.lse_packed, o.ref.lse), o.tol_l) << what;  // -inf exactly where the oracle has it
 }
 
-// Runs a problem on CUDA and checks it against the oracle and the CPU executor.
-void check(const Spec& s) {
+// Runs a problem on CUDA and checks it against the oracle and the CPU executor. merge: 1 / 0
+// to expect the fan-in / rows merge kernel (merge_shape), -1 for no expectation.
+void check(const Spec& s, int merge = -1) {
   auto rng = fresh_rng();
   const Problem pr(s, rng);
+  if (merge >= 0) {
+    const MergeShape m = merge_shape(pr);
+    EXPECT_EQ(m.fan_in_kernel, merge == 1) << s.name() << ": " << m.rows << " merge rows, fan-in " << m.fan_in;
+  }
   Stream stream;
   const Outputs gpu = run_cuda(pr, ExecutionContext{stream.s, 0});
   expect_written(gpu, s.name());
@@ -476,7 +509,10 @@ TEST(BatchCuda, GroupsOfSeveralUnits) {
 
 // batch.h: with SplitPolicy::disabled (and fixed) a request's output does not depend on the
 // batch it runs in. Each request of a mixed batch, run alone under the same capacities (same
-// instances and grids), must give the same bits as inside the batch.
+// instances and grids), must give the same bits as inside the batch. With fixed(96) the merge
+// kernel changes too (merge_shape, on 132 SMs): the batch takes the fan-in kernel at d64 / d128
+// (163 rows, mean fan-in 18) and the rows kernel at d256 (too many rows x heads x values);
+// requests 0 and 1 alone the rows kernel (fan-in 10, 4), request 4 alone the fan-in kernel (21).
 TEST(BatchCuda, RequestResultsDoNotDependOnTheBatch) {
   auto rng = fresh_rng();
   for (const SplitPolicy split : {kOff, fixed(96)})
@@ -512,6 +548,46 @@ TEST(BatchCuda, RequestResultsDoNotDependOnTheBatch) {
     }
 }
 
+// The merge kernel is picked by the plan's fan-in (merge_shape above): a long request split 43
+// ways alone takes the fan-in kernel (1 row, 43 partials), inside a batch of 15 short split
+// requests the rows kernel (16 rows, mean fan-in 6). With a fixed split its partials are the
+// same in both, so its output must be the same bits: both kernels do the same rounded
+// operations per element in the same order (merge_kernel.cu). Same capacities both times.
+TEST(BatchCuda, MergeShapeDoesNotChangeTheResult) {
+  auto rng = fresh_rng();
+  for (auto [dt, d] : {std::pair{DType::bf16, 128}, std::pair{DType::f16, 64}, std::pair{DType::bf16, 256}}) {
+    Spec s = spec(dt, 32, 8, d, 16, KVLayout::NHD, opts(true), fixed(96));
+    constexpr int kBatch = 16;
+    s.q_lens.assign(kBatch, 1);
+    s.kv_lens.assign(kBatch, 200);  // 3 chunks of 96
+    s.kv_lens[0] = 4096;            // 43 chunks of 96
+    const Problem whole(s, rng);
+    const Problem one(whole, 0, rng);
+    const int max_q = static_cast<int>(whole.cu_q.back());
+    const MergeShape batched = merge_shape(whole), alone_shape = merge_shape(one, kBatch, max_q);
+    EXPECT_FALSE(batched.fan_in_kernel) << batched.rows << " merge rows, fan-in " << batched.fan_in;
+    EXPECT_TRUE(alone_shape.fan_in_kernel) << alone_shape.rows << " merge rows, fan-in " << alone_shape.fan_in;
+    Stream stream;
+    const ExecutionContext ctx{stream.s, 0};
+    const Outputs all = run_cuda(whole, ctx);
+    expect_written(all, s.name());
+    const Outputs alone = run_cuda(one, ctx, kBatch, max_q);
+    expect_written(alone, s.name() + " alone");
+    const std::int64_t per_row = 32LL * d;
+    int diff_o = 0, diff_l = 0;
+    for (std::int64_t i = 0; i < per_row; ++i) {
+      const float a = alone.out.get(i), b = all.out.get(i);
+      if (std::memcmp(&a, &b, sizeof a) != 0) ++diff_o;
+    }
+    for (int h = 0; h < 32; ++h) {
+      const float a = alone.lse.get(h), b = all.lse.get(h * whole.cu_q.back());
+      if (std::memcmp(&a, &b, sizeof a) != 0) ++diff_l;
+    }
+    EXPECT_EQ(diff_o, 0) << s.name();
+    EXPECT_EQ(diff_l, 0) << s.name();
+  }
+}
+
 // A mixed batch with more units than one classification round of every persistent CTA
 // (> 128 x grid): thousands of short decode requests interleaved with prefill chunks, so that
 // the fused launch's forward and backward walkers cross several rounds and both shapes, in
@@ -531,13 +607,26 @@ TEST(BatchCuda, ManyUnitsPerCtaBothShapes) {
 }
 
 // 128k tokens of cache for one decode request (split across the device), checked on the
-// query group of one kv head (the oracle over every head would take minutes).
+// query group of one kv head (the oracle over every head would take minutes). Its few split
+// rows carry many partials: the merge runs the fan-in kernel.
 TEST(BatchCuda, LongDecode128k) {
   Spec s = spec(DType::bf16, 16, 2, 128, 16, KVLayout::NHD, opts(true));
   s.q_lens = {1, 1, 4};
   s.kv_lens = {131072, 1, 131072};
   s.check_kv_head = 1;
-  check(s);
+  check(s, 1);
+}
+
+// The fan-in merge kernel against the oracle and the CPU executor: rounds of 32 partials (one
+// per lane) with 32, 33 and 66 partials per row and a short split row, at head dims 64, 128 and
+// 256 (64, 128 and 256 threads per (row, head)); f16 and bf16.
+TEST(BatchCuda, MergeRoundsOf32Partials) {
+  for (int d : {64, 128, 256}) {
+    Spec s = spec(d == 128 ? DType::bf16 : DType::f16, 8, 2, d, 16, KVLayout::HND, opts(true), fixed(64));
+    s.q_lens = {1, 1, 1, 2};
+    s.kv_lens = {32 * 64, 32 * 64 + 1, 65 * 64 + 5, 300};
+    check(s, 1);
+  }
 }
 
 TEST(BatchCuda, EmptyKvGivesZeroAndMinusInfinity) {

@@ -65,8 +65,12 @@ void launch_attention(const BatchArgs& args, long long max_units, int num_sms, v
 
 // The merge of split rows (merge_kernel.cu); max_rows = capacity of merge rows. programmatic:
 // launch as a programmatic dependent of the kernel before it on the stream (sm_90, whose
-// attention kernels trigger their dependents at their start).
-void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int num_sms, bool programmatic,
-                  void* stream);
+// attention kernels trigger their dependents at their start). merge_rows / merge_fan_in: the
+// current plan's split rows and their mean partials per row (host summary), which pick the
+// merge kernel (many partials on few rows: one thread per value, lanes computing 32 partials'
+// weights at once; otherwise 8 values per thread). A hint only: both kernels compute every
+// output element with the same operations in the same order, so the choice changes no bit.
+void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, int merge_rows, int merge_fan_in,
+                  int num_sms, bool programmatic, void* stream);
 
 }  // namespace tessera::cuda::batch

@@ -210,8 +210,8 @@ void batch_attention_run(const BatchRunParams& p) {
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
-  batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, num_sms,
-                      compute_major(p.device.index) >= 9, p.stream);
+  batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, p.merge_rows, p.merge_fan_in,
+                      num_sms, compute_major(p.device.index) >= 9, p.stream);
 }
 
 }  // namespace tessera::cuda
