@@ -5,7 +5,7 @@
 // Work decomposition (FlashInfer-style):
 //   - Request b's query rows are cut into Q tiles of `q_tile_rows` rows; one work item serves a
 //     tile for ONE kv head and ALL query heads of that head's GQA group (rows x group query
-//     vectors share every K/V load). q_tile_rows = packed_q_rows(head_dim) / group: 128 packed
+//     vectors share every K/V load). q_tile_rows = max(1, packed_q_rows(head_dim) / group): 128 packed
 //     vectors at head_dim <= 128 (the CUDA kernel runs them as two 64-vector row blocks in one
 //     pass over K/V, docs/perf/mixed_batch.md), 64 at head_dim 256. A request's last tile
 //     keeps its remainder of rows; what a tile is depends on the request and the config only.
@@ -69,7 +69,7 @@ inline constexpr std::uint32_t kPlanVersion = 1;
 inline constexpr int kPackedQRowsMax = 128;
 constexpr int packed_q_rows(int head_dim) { return head_dim <= 128 ? kPackedQRowsMax : 64; }
 inline constexpr int kKVTile = 64;       // KV tokens per tile; automatic chunks are multiples
-inline constexpr int kMinSplitSlots = 64;  // default room: (tile, chunk) pairs of full tiles
+inline constexpr int kMinSplitSlots = 64;  // default room: (tile, chunk) pairs of 64-vector (half) tiles
 // Resident CTAs per SM of the decode-shaped CUDA instance (cuda/batch/kernel_traits.cuh,
 // Traits<128, 4>: 106,624 B of smem + 1 KB reserved, 2 fit in the 228 KB of an sm_90 SM; 128
 // threads). The persistent grid is num_sms x this, CTA x running items x, x + grid, ...; the

@@ -213,14 +213,15 @@ int q_tile_rows(int heads_q, int heads_kv, int head_dim) {
 
 int default_partial_rows(const PlanConfig& cfg) {
   // Automatic mode keeps its items near 2 * num_sms; room for 4 * num_sms items' partials of
-  // 64 packed vectors each leaves slack for the rounding of chunk sizes. Counted in 64-vector
-  // tiles at every head dim (the size before tiles of 128 vectors): the default workspace
-  // did not grow with them; a split of 128-vector tiles then has room for 2 * num_sms items
-  // (the automatic search picks its chunk within the room; decode rows take 1 row a slot).
+  // half a tile each (a 64-vector row block at head_dim <= 128, a whole 64-vector tile at 256:
+  // the size before tiles of 128 vectors, so the default workspace did not double with them)
+  // leaves room for at least 2 * num_sms split items of whole tiles (the automatic search picks
+  // its chunk within the room; decode rows take 1 row a slot). Rounded up: with floor(64 / g)
+  // a group such as 5 (tiles of 25 rows, half tiles 12.5) had room for fewer.
   const std::int64_t slots =
       std::clamp<std::int64_t>(ceil_div(4LL * cfg.num_sms, std::max(1, cfg.heads_kv)), kMinSplitSlots, 1 << 20);
-  const int group = cfg.heads_q / std::max(1, cfg.heads_kv);
-  const std::int64_t rows_per_slot = std::max(1, 64 / std::max(1, group));
+  const std::int64_t t = q_tile_rows(cfg.heads_q, cfg.heads_kv, cfg.head_dim);
+  const std::int64_t rows_per_slot = ceil_div(t * 64, packed_q_rows(cfg.head_dim));
   return static_cast<int>(std::min<std::int64_t>(slots * rows_per_slot, 1 << 26));
 }
 

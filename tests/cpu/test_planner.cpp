@@ -374,6 +374,26 @@ TEST(Planner, AutomaticNeverOutgrowsTheDefaultWorkspace) {
   }
 }
 
+// The default workspace has room for at least 2 x num_sms split items of whole tiles (what the
+// automatic split aims at: a wave of the persistent decode grid), whatever the GQA group; with
+// room counted as floor(64 / g) rows per slot, groups such as 5, 24 or 40 had less (tiles of
+// q_tile_rows = 128 / g rows). The automatic split of one long request then uses it.
+TEST(Planner, DefaultWorkspaceHoldsAWaveOfSplitTiles) {
+  for (auto [hq, hkv] : {std::pair{32, 8}, std::pair{40, 8}, std::pair{24, 1}, std::pair{40, 1}, std::pair{56, 8},
+                         std::pair{8, 8}, std::pair{64, 1}, std::pair{24, 8}, std::pair{20, 4}}) {
+    for (int d : {64, 128, 256}) {
+      BatchConfig c = config(hq, hkv, {}, 16, true);
+      c.head_dim = d;
+      const int t = plan::q_tile_rows(hq, hkv, d);
+      Planned p = make_plan(c, 132, {t}, {131072});
+      SCOPED_TRACE("hq " + std::to_string(hq) + " hkv " + std::to_string(hkv) + " d " + std::to_string(d));
+      EXPECT_GE(static_cast<std::int64_t>(p.layout.max_partial_rows / t) * hkv, 2 * 132);
+      EXPECT_GT(p.summary.chunk_tokens, 0);
+      EXPECT_GE(p.summary.num_items, 256);  // 131072 keys in chunks of 64-token multiples
+    }
+  }
+}
+
 // plan() names the bytes a fixed split needs ("at least N bytes for R partial rows"): a
 // workspace of exactly layout_for_partial_rows(R).total_bytes must then hold R rows, whatever
 // the regions' alignment padding does to the per-row estimate (it once gave R - 1).

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dispatch/path_override.h"
 #include "tessera/tessera.h"
 
 namespace tessera {
@@ -533,6 +534,39 @@ TEST(Validation, CudaTensorsWithoutCudaBuild) {
   expect_error([&] { attention_forward(q, k, v, o, l, p.opt); }, ErrorCode::unsupported, "device", p);
 }
 #endif
+
+// The CUDA path overrides: the accepted values map to their paths, unset or empty is the
+// default, and anything else is refused with the variable, the accepted values and the value.
+TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
+  using dispatch::BackwardPath;
+  using dispatch::ForwardPath;
+  EXPECT_EQ(dispatch::parse_forward_path(nullptr), ForwardPath::automatic);
+  EXPECT_EQ(dispatch::parse_forward_path(""), ForwardPath::automatic);
+  EXPECT_EQ(dispatch::parse_forward_path("portable"), ForwardPath::portable);
+  EXPECT_EQ(dispatch::parse_backward_path(nullptr), BackwardPath::automatic);
+  EXPECT_EQ(dispatch::parse_backward_path("portable"), BackwardPath::portable);
+  EXPECT_EQ(dispatch::parse_backward_path("portable-compact"), BackwardPath::portable_compact);
+  EXPECT_EQ(dispatch::parse_backward_path("portable-compact2"), BackwardPath::portable_compact2);
+  for (const char* bad : {"portble", "portable-compct", "Portable", "portable ", "sm90"}) {
+    try {
+      dispatch::parse_backward_path(bad);
+      ADD_FAILURE() << "accepted TESSERA_CUDA_BACKWARD=" << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_EQ(e.argument(), "TESSERA_CUDA_BACKWARD");
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("portable-compact2"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::string("'") + bad + "'"), std::string::npos) << msg;
+    }
+  }
+  try {
+    dispatch::parse_forward_path("portable-compact");
+    ADD_FAILURE() << "accepted TESSERA_CUDA_FORWARD=portable-compact";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "TESSERA_CUDA_FORWARD");
+    EXPECT_NE(std::string(e.what()).find("got 'portable-compact'"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace tessera

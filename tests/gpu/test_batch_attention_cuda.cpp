@@ -439,8 +439,12 @@ TEST(BatchCuda, DecodeOnlyAndPrefillOnly) {
 // split policies.
 TEST(BatchCuda, TwoBlockItemsEdges) {
   struct Layout { DType dt; int hq, hkv, d; };
+  // Groups 4, 1, 3, 8, 4 (d256); then groups that do not divide 64 (5, 24; 3 at d64, which runs
+  // the window and the fixed-64 masks) and one over 64 at d64 (96: a row's heads fill block 0
+  // and part of block 1).
   const std::vector<Layout> layouts{{DType::bf16, 8, 2, 128},  {DType::f16, 8, 8, 64},  {DType::bf16, 24, 8, 128},
-                                    {DType::bf16, 16, 2, 128}, {DType::f16, 8, 2, 256}};
+                                    {DType::bf16, 16, 2, 128}, {DType::f16, 8, 2, 256}, {DType::bf16, 40, 8, 128},
+                                    {DType::bf16, 24, 1, 128}, {DType::f16, 24, 8, 64}, {DType::f16, 96, 1, 64}};
   struct Mask { AttentionOptions o; SplitPolicy split; int page; KVLayout kv; };
   const std::vector<Mask> masks{{opts(true), kOff, 16, KVLayout::NHD},
                                 {opts(true, 40, -1), kAuto, 1, KVLayout::HND},

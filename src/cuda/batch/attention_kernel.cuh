@@ -255,9 +255,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Tr::kWarpN / 8][4], std:
   }
 }
 
-// One unit: work item `item`, packed vectors [row0, row0 + kRows). Row r of the unit is held
-// by warp (r % 64) / 16 (row group rg = r / 16 % kRowGroups, block mb = r / (16 kRowGroups)),
-// as row g (h = 0) or g + 8 (h = 1) of that warp's m16 block mb.
+// One unit: work item `item`, packed vectors [row0, row0 + kRows). With KG = 1 row r of the
+// unit is held by warp (r % 64) / 16 (row group rg = r / 16 % kRowGroups, block mb = r / (16
+// kRowGroups)), as row g (h = 0) or g + 8 (h = 1) of that warp's m16 block mb; with KG = 4
+// every warp holds all 16 rows, for its quarter of each tile's keys.
 template <typename T, int kHeadDim, int kKG>
 __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem, int item, int row0) {
   using Tr = Traits<kHeadDim, kKG>;
@@ -437,8 +438,8 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
     if (tid < BN && n + S < n_tiles) store_offsets(stage, tid, j_next, page_next);
   }
 
-  // Epilogue. Every copy has landed (Q too when no tile was visited); stages become the
-  // fp32 reduction buffer.
+  // Epilogue. Every copy has landed (Q too when no tile was visited); Q and the stages become
+  // the fp32 reduction buffer (it starts at offset 0).
   cp_async_wait<0>();
   __syncthreads();
   float* stat_m = sm.stat_m();
@@ -539,7 +540,7 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
       a.partial_lse[(static_cast<std::int64_t>(it.partial_row) + qr) * a.heads_q + h] = lse;
     }
   }
-  __syncthreads();  // the next unit's copies overwrite Q, offsets and the reduction buffer
+  __syncthreads();  // the next unit overwrites Q, offsets, the reduction buffer, stats and fin
 }
 
 // Persistent CTAs. CTA x owns units x, x + grid, x + 2 grid, ... (a unit = item, block of

@@ -4,8 +4,9 @@
 // run() launches, on p.stream, with no host synchronisation and no allocation:
 //   1. the attention kernel over the plan's work items: "decode-shaped" items (at most 16
 //      packed query vectors: q_len x GQA group <= 16) run with four warps splitting every KV
-//      tile's keys, the others (up to 64 packed vectors per CTA) FA2-style with warps splitting
-//      the query vectors. Layouts that allow both shapes get ONE fused launch whose CTAs take
+//      tile's keys, the others (up to 128 packed vectors per CTA at head_dim <= 128, as two
+//      64-vector row blocks over one K/V pass; 64 at 256) FA2-style with warps splitting the
+//      query vectors. Layouts that allow both shapes get ONE fused launch whose CTAs take
 //      both (docs/perf/mixed_batch.md), decode-only layouts the decode-only instance; head_dim
 //      256 launches the two shapes one after the other;
 //   2. the merge kernel that combines the fp32 partial states of split query rows.

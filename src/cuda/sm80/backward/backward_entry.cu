@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <utility>
 
@@ -21,6 +19,7 @@
 #if defined(TESSERA_HAS_SM90_KERNELS)
 #include "cuda/sm90/backward/backward_sm90.h"
 #endif
+#include "dispatch/path_override.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda {
@@ -37,11 +36,11 @@ constexpr BwdShape shape_of() {
 // The layout TESSERA_CUDA_BACKWARD forces at least: "portable-compact" 1, "portable-compact2" 2
 // (both also keep the sm80 kernel on Hopper, see sm90::backward_applicable), else 0.
 int forced_variant() {
-  const char* path = std::getenv("TESSERA_CUDA_BACKWARD");
-  if (path == nullptr) return 0;
-  if (std::strcmp(path, "portable-compact") == 0) return 1;
-  if (std::strcmp(path, "portable-compact2") == 0) return 2;
-  return 0;
+  switch (dispatch::backward_path_override()) {
+    case dispatch::BackwardPath::portable_compact: return 1;
+    case dispatch::BackwardPath::portable_compact2: return 2;
+    default: return 0;
+  }
 }
 
 }  // namespace

@@ -4,14 +4,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "cuda/common/device_limits.h"
 #include "cuda/sm80/backward/tiles.h"
 #include "cuda/sm90/backward/backward_sm90.h"
 #include "cuda/sm90/backward/kernel_traits.cuh"
+#include "dispatch/path_override.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda::sm90 {
@@ -38,11 +37,10 @@ bool fail(std::string* why, const std::string& what) {
 }  // namespace
 
 bool backward_applicable(const BackwardParams& p, std::string* why) {
-  const char* path = std::getenv("TESSERA_CUDA_BACKWARD");
   // "portable", and "portable-compact" / "portable-compact2" (which also force the sm80 kernel's
   // compact layouts, see sm80::backward_variant).
-  if (path != nullptr && std::strncmp(path, "portable", 8) == 0)
-    return fail(why, std::string("TESSERA_CUDA_BACKWARD=") + path + " selects the sm80 main kernel");
+  if (dispatch::backward_path_override() != dispatch::BackwardPath::automatic)
+    return fail(why, "TESSERA_CUDA_BACKWARD selects the sm80 main kernel");
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) return fail(why, "dtype: f16 or bf16 only");
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 64, 128 or 256 only");
   DeviceLimits dev;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -22,6 +21,7 @@
 #include "math/ragged_tiles.h"
 #include "cuda/sm90/forward/kernel_traits.cuh"
 #include "math/online_softmax.h"
+#include "dispatch/path_override.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda::sm90 {
@@ -108,8 +108,7 @@ void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked
 }  // namespace
 
 bool forward_applicable(const AttentionParams& p, std::string* why) {
-  const char* path = std::getenv("TESSERA_CUDA_FORWARD");
-  if (path != nullptr && std::strcmp(path, "portable") == 0)
+  if (dispatch::forward_path_override() == dispatch::ForwardPath::portable)
     return fail(why, "TESSERA_CUDA_FORWARD=portable selects the sm80 path");
   if (p.dtype == DType::e4m3) {
     if (p.head_dim != 128 && p.head_dim != 256) return fail(why, "head_dim: 128 or 256 for fp8");
