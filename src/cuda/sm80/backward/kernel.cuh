@@ -325,6 +325,14 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     // in `front`) ptxas spilled 8 / 12 B (bf16 / f16) of loop constants, reloaded after the
     // pair barrier.
     if constexpr (L::kMinBlocksSm90 > 1 || kRegMeasures) asm volatile("" : "+r"(fo));
+    // Accumulator fragment i (atom m = i / (kQCols / 8), column block n) of a [Bc][Br] tile as
+    // two 16-bit pairs at smem offset `buf`: atom m sits 16 m rows lower, same swizzle key.
+    const auto store_frag = [&](int buf, int i, std::uint32_t lo, std::uint32_t hi) {
+      const int m = i / (kQCols / 8), n = i % (kQCols / 8);
+      const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
+      *reinterpret_cast<std::uint32_t*>(smem + buf + off) = lo;
+      *reinterpret_cast<std::uint32_t*>(smem + buf + off + 8 * Br * 2) = hi;
+    };
     // Element masking only where the tile is not wholly visible or hangs over k_len.
     const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
 
@@ -393,15 +401,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
         constexpr bool kEarlyPT = kRegMeasures && kGeneral;
         const auto store_pt = [&] {
 #pragma unroll
-          for (int m = 0; m < MR; ++m) {
-#pragma unroll
-            for (int n = 0; n < kQCols / 8; ++n) {
-              const int i = m * (kQCols / 8) + n;
-              const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
-              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = pk[i][0];
-              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = pk[i][1];
-            }
-          }
+          for (int i = 0; i < MR * kQCols / 8; ++i) store_frag(pt_off, i, pk[i][0], pk[i][1]);
         };
         if constexpr (kEarlyPT) store_pt();
         float dp_acc[MR * kQCols / 8][4];
@@ -431,19 +431,9 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
         // P^T (unless stored above) and dS^T to smem ([Bc][Br]) after the dP^T GEMM. Atom m is 16 m
         // rows lower: same swizzle key.
 #pragma unroll
-        for (int m = 0; m < MR; ++m) {
-#pragma unroll
-          for (int n = 0; n < kQCols / 8; ++n) {
-            const int i = m * (kQCols / 8) + n;
-            const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
-            if constexpr (!kEarlyPT) {
-              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = pk[i][0];
-              *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = pk[i][1];
-            }
-            *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]);
-            *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) =
-                Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]);
-          }
+        for (int i = 0; i < MR * kQCols / 8; ++i) {
+          if constexpr (!kEarlyPT) store_frag(pt_off, i, pk[i][0], pk[i][1]);
+          store_frag(ds_off, i, Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]), Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]));
         }
       };
       if (need_mask || softcap_on) front(std::true_type{}); else front(std::false_type{});
@@ -462,31 +452,31 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       // more registers alive through the dP GEMM (and, with WQ = 2, the partner warp reads it).
       // Atom m sits 16 m rows lower: (row & 7) and so the swizzle key are unchanged.
   #pragma unroll
-      for (int m = 0; m < MR; ++m) {
+      for (int i = 0; i < MR * kQCols / 8; ++i)
+        store_frag(pt_off, i, Traits<T>::pack2(s_acc[i][0], s_acc[i][1]), Traits<T>::pack2(s_acc[i][2], s_acc[i][3]));
+      // The A operand (this warp's KV rows x the Br query columns) of dV / dK: from the warp's
+      // own accumulators (WQ = 1), or from smem `buf` after the pair barrier (WQ = 2: the
+      // partner warp wrote the other half of the columns).
+      const auto a_operand = [&](std::uint32_t (&a)[Br / 16][4], const float (&acc)[MR * kQCols / 8][4],
+                                 std::uint32_t buf) {
+        if constexpr (WQ == 1) {
   #pragma unroll
-        for (int n = 0; n < kQCols / 8; ++n) {
-          const int i = m * (kQCols / 8) + n;
-          const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
-          *reinterpret_cast<std::uint32_t*>(smem + pt_off + off) = Traits<T>::pack2(s_acc[i][0], s_acc[i][1]);
-          *reinterpret_cast<std::uint32_t*>(smem + pt_off + off + 8 * Br * 2) = Traits<T>::pack2(s_acc[i][2], s_acc[i][3]);
+          for (int t = 0; t < Br / 16; ++t) {
+            a[t][0] = Traits<T>::pack2(acc[2 * t][0], acc[2 * t][1]);
+            a[t][1] = Traits<T>::pack2(acc[2 * t][2], acc[2 * t][3]);
+            a[t][2] = Traits<T>::pack2(acc[2 * t + 1][0], acc[2 * t + 1][1]);
+            a[t][3] = Traits<T>::pack2(acc[2 * t + 1][2], acc[2 * t + 1][3]);
+          }
+        } else {
+          asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+          const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
+  #pragma unroll
+          for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(a[t], buf + swz<Br>(a_row, 2 * t + (lane >> 4)));
         }
-      }
+      };
       {
       std::uint32_t pa[Br / 16][4];
-      if constexpr (WQ == 1) {
-  #pragma unroll
-        for (int t = 0; t < Br / 16; ++t) {
-          pa[t][0] = Traits<T>::pack2(s_acc[2 * t][0], s_acc[2 * t][1]);
-          pa[t][1] = Traits<T>::pack2(s_acc[2 * t][2], s_acc[2 * t][3]);
-          pa[t][2] = Traits<T>::pack2(s_acc[2 * t + 1][0], s_acc[2 * t + 1][1]);
-          pa[t][3] = Traits<T>::pack2(s_acc[2 * t + 1][2], s_acc[2 * t + 1][3]);
-        }
-      } else {
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
-        const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
-  #pragma unroll
-        for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(pa[t], sPT + swz<Br>(a_row, 2 * t + (lane >> 4)));
-      }
+      a_operand(pa, s_acc, sPT);
       gemm_ay<kBf16, D, Br, kDCols>(dv_acc, pa, sDO, d_col_w, lane);
       }
 
@@ -530,33 +520,13 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       }
       // dS^T to smem ([Bc][Br]) for the dQ step (and for the partner warp when WQ = 2).
   #pragma unroll
-      for (int m = 0; m < MR; ++m) {
-  #pragma unroll
-        for (int n = 0; n < kQCols / 8; ++n) {
-          const int i = m * (kQCols / 8) + n;
-          const int off = (fo ^ (n << 4)) + m * 16 * (Br * 2);
-          *reinterpret_cast<std::uint32_t*>(smem + ds_off + off) = Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]);
-          *reinterpret_cast<std::uint32_t*>(smem + ds_off + off + 8 * Br * 2) = Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]);
-        }
-      }
+      for (int i = 0; i < MR * kQCols / 8; ++i)
+        store_frag(ds_off, i, Traits<T>::pack2(dp_acc[i][0], dp_acc[i][1]), Traits<T>::pack2(dp_acc[i][2], dp_acc[i][3]));
 
       // ---- dK += dS^T Q ----
       {
         std::uint32_t da[Br / 16][4];
-        if constexpr (WQ == 1) {
-  #pragma unroll
-          for (int t = 0; t < Br / 16; ++t) {
-            da[t][0] = Traits<T>::pack2(dp_acc[2 * t][0], dp_acc[2 * t][1]);
-            da[t][1] = Traits<T>::pack2(dp_acc[2 * t][2], dp_acc[2 * t][3]);
-            da[t][2] = Traits<T>::pack2(dp_acc[2 * t + 1][0], dp_acc[2 * t + 1][1]);
-            da[t][3] = Traits<T>::pack2(dp_acc[2 * t + 1][2], dp_acc[2 * t + 1][3]);
-          }
-        } else {
-          asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
-          const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
-  #pragma unroll
-          for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(da[t], s_base + ds_off + swz<Br>(a_row, 2 * t + (lane >> 4)));
-        }
+        a_operand(da, dp_acc, s_base + ds_off);
         gemm_ay<kBf16, D, Br, kDCols>(dk_acc, da, sQ, d_col_w, lane);
       }
 
