@@ -20,7 +20,6 @@ namespace tessera::cuda::sm80 {
 
 using backward::BwdArgs;  // cuda/backward/backward_args.h
 
-
 // Tile shapes of each instance (the host sizes grids and workspaces from these).
 struct BwdShape {
   int block_kv;   // Bc: KV rows per CTA
