@@ -35,7 +35,7 @@
 #include "cuda/primitives/sm80/mma.cuh"
 #include "cuda/primitives/sm80/red.cuh"
 #include "cuda/sm80/backward/backward.h"
-#include "cuda/sm80/backward/cta_work.cuh"
+#include "cuda/backward/cta_work.cuh"
 #include "cuda/sm80/backward/tiles.h"
 #include "math/mask.h"
 
@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const int b = blockIdx.z;
 
   // The CTA's sequence bounds and query tiles (cta_work.cuh, shared with the sm90 kernel).
-  CtaWork<Br> w;
-  if (!cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
+  backward::CtaWork<Br> w;
+  if (!backward::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
   const int q_len = w.q_len, k_len = w.k_len;
   const std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
   const int kv0 = w.kv0, kv1 = w.kv1;

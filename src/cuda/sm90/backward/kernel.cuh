@@ -38,8 +38,8 @@
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/stmatrix.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
-#include "cuda/sm80/backward/backward.h"
-#include "cuda/sm80/backward/cta_work.cuh"
+#include "cuda/backward/backward_args.h"
+#include "cuda/backward/cta_work.cuh"
 #include "cuda/sm90/backward/kernel_traits.cuh"
 #include "math/mask.h"
 
@@ -73,7 +73,7 @@ __device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, s
 }  // namespace bwd
 
 template <typename T, int D>
-__global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(const sm80::BwdArgs p) {
+__global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(const backward::BwdArgs p) {
   using Tr = BwdTraits<D>;
   constexpr int Bc = Tr::Bc, Br = Tr::Br, kThreads = Tr::kThreads;
   constexpr int kSN = Tr::kSN, kDN = Tr::kDN, kDqN = Tr::kDqN;
@@ -98,9 +98,9 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
   const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
   const int b = blockIdx.z;
 
-  // ---- the CTA's sequence bounds and query tiles: the sm80 kernel's (cta_work.cuh) ----
-  sm80::bwd::CtaWork<Br> w;
-  if (!sm80::bwd::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence
+  // ---- the CTA's sequence bounds and query tiles: the sm80 kernel's (cuda/backward/cta_work.cuh) ----
+  backward::CtaWork<Br> w;
+  if (!backward::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence
   const int q_len = w.q_len, k_len = w.k_len;
   std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
   const int kv0 = w.kv0, kv1 = w.kv1;

@@ -1,5 +1,8 @@
 // The CUDA backward's entry points: supports_backward, attention_backward, and the small
-// pre/post kernels around the main kernel (kernel.cuh, instantiated per head dim).
+// pre/post kernels around the main kernel, which is the sm80 FA2-class kernel
+// (sm80/backward/kernel.cuh, instantiated per head dim and layout) or, on Hopper, the sm90 wgmma
+// kernel (sm90/backward/): both take backward_args.h's arguments and walk cta_work.cuh's tiles,
+// so the workspace, grids and deterministic counters here serve either.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
