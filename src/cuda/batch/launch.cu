@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/device_limits.h"
 #include "cuda/batch/batch_args.h"
@@ -17,10 +18,16 @@
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
 #include "cuda/common/device_scope.h"
+#include "dispatch/path_override.h"
+#if defined(TESSERA_HAS_SM90_KERNELS)
+#include "cuda/sm90/batch/batch_prefill_sm90.h"
+#endif
 #include "math/online_softmax.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda {
+static int compute_major(int device);  // below: compute capability major, cached
+
 namespace {
 
 constexpr const char* kSupport =
@@ -71,6 +78,17 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // captured graphs stay valid across plans.
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  // Opt-in (TESSERA_CUDA_BATCH=sm90): the prefill-shaped units on the sm90 WGMMA kernel, then
+  // the decode-shaped ones on the decode-only instance (which skips the others); the decode
+  // launch follows the prefill kernel in stream order, and the merge depends on it.
+  if (max_item_vectors > batch::kDecodeMaxRows && sm90::batch_prefill_applicable(D) &&
+      dispatch::batch_path_override() == dispatch::BatchPath::sm90 && compute_major(p.device.index) == 9) {
+    sm90::launch_batch_prefill(a, std::is_same_v<T, __nv_bfloat16>, D, max_units, num_sms, p.stream);
+    if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+    return;
+  }
+#endif
   if (max_item_vectors <= batch::kDecodeMaxRows) {
     batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
   } else if constexpr (D == 256) {
