@@ -172,8 +172,11 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
         sm80::cp_async_16_zfill(sQ + sw128_offset<128>(r, ch), src, valid);
       }
       sm80::cp_async_commit();
-      // K/V tiles; a tile's copies are one commit group, waited for one tile later (two tiles in
-      // flight), then fenced into the async proxy and announced.
+      // K/V tiles: K and V of a tile are separate commit groups. Tile `it`'s K is issued, then
+      // the groups before it are waited for (Q, or the previous tile's K and V), fenced into the
+      // async proxy and announced, and only then does the producer wait for tile `it`'s V stage:
+      // the consumers free it (P V of tile it - 2) only after the previous tile's K has been
+      // announced, so waiting for it before that announcement would deadlock.
       auto announce = [&](int stage) {
         fence_proxy_async_shared_cta();
         mbarrier_arrive(k_full(stage));
@@ -182,33 +185,37 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
       for (int i = 0; i < un.n_tiles; ++i, ++it) {
         const int stage = it % S;
         const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
-        mbarrier_wait_parity(k_empty(stage), parity);
-        mbarrier_wait_parity(v_empty(stage), parity);
         const int key0 = (un.t0 + i) * BN;
+        // The thread's rows of the tile: their page-table addresses (element offsets), or -1
+        // outside the item's keys (zero-filled).
+        auto row_offset = [&](int r, std::int64_t page_stride, std::int64_t token_stride, std::int64_t head_off) {
+          const int j = key0 + r;
+          if (j < un.it.kv_begin || j >= un.it.kv_end) return static_cast<std::int64_t>(-1);
+          const int pg = j / a.page_size;
+          const std::int64_t slot = j - pg * a.page_size;
+          return static_cast<std::int64_t>(__ldg(pages + pg)) * page_stride + slot * token_stride + head_off + ch * 8;
+        };
+        mbarrier_wait_parity(k_empty(stage), parity);
 #pragma unroll 1
         for (int r = r_first; r < BN; r += kRowStep) {
-          const int j = key0 + r;
-          const bool valid = j >= un.it.kv_begin && j < un.it.kv_end;
-          const T* ks = kp;
-          const T* vs = vp;
-          if (valid) {
-            const int pg = j / a.page_size;
-            const int page = __ldg(pages + pg);
-            const std::int64_t slot = j - pg * a.page_size;
-            ks = kp + (static_cast<std::int64_t>(page) * a.k_page + slot * a.k_token + k_head_off + ch * 8);
-            vs = vp + (static_cast<std::int64_t>(page) * a.v_page + slot * a.v_token + v_head_off + ch * 8);
-          }
-          sm80::cp_async_16_zfill(sK(stage) + sw128_offset<BN>(r, ch), ks, valid);
-          sm80::cp_async_16_zfill(sV(stage) + sw128_offset<BN>(r, ch), vs, valid);
+          const std::int64_t off = row_offset(r, a.k_page, a.k_token, k_head_off);
+          sm80::cp_async_16_zfill(sK(stage) + sw128_offset<BN>(r, ch), off >= 0 ? kp + off : kp, off >= 0);
         }
         sm80::cp_async_commit();
-        sm80::cp_async_wait<1>();  // the group before this tile's: Q, or the previous tile
+        sm80::cp_async_wait<1>();  // everything before this tile's K: Q, or the previous tile
         if (i == 0) {
           fence_proxy_async_shared_cta();
           mbarrier_arrive(q_full);
         } else {
           announce((it - 1) % S);
         }
+        mbarrier_wait_parity(v_empty(stage), parity);
+#pragma unroll 1
+        for (int r = r_first; r < BN; r += kRowStep) {
+          const std::int64_t off = row_offset(r, a.v_page, a.v_token, v_head_off);
+          sm80::cp_async_16_zfill(sV(stage) + sw128_offset<BN>(r, ch), off >= 0 ? vp + off : vp, off >= 0);
+        }
+        sm80::cp_async_commit();
       }
       sm80::cp_async_wait<0>();
       if (un.n_tiles == 0) {
