@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
                   [&] { wgmma_fence_operand(s_flat); },
                   [&] { wgmma_fence_operand(o_flat); },
                   weights,
-                  [&] {},
+                  [&] { end_softmax_block(rows); },  // the forward's pin (bf16 / fp16: +2-4 % there)
                   [&] { rescale_rows<D, false>(o, alpha); },
                   [&] { pack_weights<T, BN>(s, p); },
                   [&](int stage) { release(k_empty(stage)); },

@@ -11,9 +11,24 @@
 #include <cstdint>
 
 #include "cuda/primitives/sm90/mbarrier.cuh"
+#include "math/online_softmax.h"
 #include "cuda/primitives/sm90/wgmma.cuh"
 
 namespace tessera::cuda::sm90 {
+
+// Pins the softmax of a K/V tile above the wait for the previous tile's P V product. Without it
+// ptxas hoists that wgmma.wait_group 0 (WARPGROUP.DEPBAR) to the top of the softmax's basic
+// block, before the row max, so the warpgroup waited for its P V before any of its softmax ran
+// and the intra-warpgroup overlap described at the top of this file did not happen in SASS (seen
+// in every bf16 / fp16 / fp8 instance of main at c560264). A branch on the softmax's result ends the
+// block: the row sums are >= 0 (sums of exp2 values, the old sum times alpha in [0, 1]) or NaN,
+// so it is never taken, and its body (a nanosleep) would change no value if it were; the cost
+// is ~4 instructions per tile. The body must not leave the kernel: with __trap() ptxas saw an
+// exit while wgmmas were in flight and serialized every wgmma (C7512, 1.6 KB of spills at
+// d128 x 176).
+__device__ __forceinline__ void end_softmax_block(const math::OnlineSoftmaxRow (&rows)[2]) {
+  if (fminf(rows[0].l, rows[1].l) < 0.0f) asm volatile("nanosleep.u32 1;" ::: "memory");
+}
 
 // The per-tile operations a kernel supplies (each a callable, inlined):
 //   take_turn(), pass_turn()    the pingpong turn at the tensor cores
