@@ -148,9 +148,11 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
     const T* vp = static_cast<const T*>(a.v);
     int it = 0;  // K/V tiles loaded so far (ring position)
     int q_round = 0;
-    // Thread t copies chunk t % kChunks of rows t / kChunks + i * (128 / kChunks).
+    // Q: thread t copies chunk t % kChunks of rows t / kChunks + i * (128 / kChunks). K / V: the
+    // thread pair (2 p, 2 p + 1) copies rows p and p + 64 of a tile, even / odd chunks.
     constexpr int kRowStep = 128 / Tr::kChunks;
     const int ch = t % Tr::kChunks, r_first = t / Tr::kChunks;
+    const int pair_row = t / 2, half = t % 2;
     for (int u = blockIdx.x; u < num_units; u += gridDim.x, ++q_round) {
       const Unit un = unit_of<BN>(a, u);
       const int b = un.it.request;
@@ -186,21 +188,35 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
         const int stage = it % S;
         const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
         const int key0 = (un.t0 + i) * BN;
-        // The thread's rows of the tile: their page-table addresses (element offsets), or -1
-        // outside the item's keys (zero-filled).
-        auto row_offset = [&](int r, std::int64_t page_stride, std::int64_t token_stride, std::int64_t head_off) {
-          const int j = key0 + r;
-          if (j < un.it.kv_begin || j >= un.it.kv_end) return static_cast<std::int64_t>(-1);
-          const int pg = j / a.page_size;
-          const std::int64_t slot = j - pg * a.page_size;
-          return static_cast<std::int64_t>(__ldg(pages + pg)) * page_stride + slot * token_stride + head_off + ch * 8;
+        // The copy of a tile: two threads per key row (64 rows per pass, 2 passes), the pair
+        // taking adjacent 16-byte chunks in each instruction so that every 32-byte sector is read
+        // whole; a row's page lookup is made once per tile and serves both K and V (the element
+        // offsets of its two rows, or -1 outside the item's keys: zero-filled).
+        std::int64_t koff[2], voff[2];
+#pragma unroll
+        for (int pass = 0; pass < 2; ++pass) {
+          const int j = key0 + pair_row + 64 * pass;
+          koff[pass] = voff[pass] = -1;
+          if (j >= un.it.kv_begin && j < un.it.kv_end) {
+            const int pg = j / a.page_size;
+            const std::int64_t page = __ldg(pages + pg), slot = j - pg * a.page_size;
+            koff[pass] = page * a.k_page + slot * a.k_token + k_head_off + half * 8;
+            voff[pass] = page * a.v_page + slot * a.v_token + v_head_off + half * 8;
+          }
+        }
+        auto copy_tile = [&](std::uint32_t dst_tile, const T* src, const std::int64_t (&off)[2]) {
+#pragma unroll
+          for (int pass = 0; pass < 2; ++pass) {
+            const int r = pair_row + 64 * pass;
+            const bool valid = off[pass] >= 0;
+#pragma unroll
+            for (int k = 0; k < Tr::kChunks / 2; ++k)
+              sm80::cp_async_16_zfill(dst_tile + sw128_offset<BN>(r, 2 * k + half), valid ? src + off[pass] + 16 * k : src,
+                                      valid);
+          }
         };
         mbarrier_wait_parity(k_empty(stage), parity);
-#pragma unroll 1
-        for (int r = r_first; r < BN; r += kRowStep) {
-          const std::int64_t off = row_offset(r, a.k_page, a.k_token, k_head_off);
-          sm80::cp_async_16_zfill(sK(stage) + sw128_offset<BN>(r, ch), off >= 0 ? kp + off : kp, off >= 0);
-        }
+        copy_tile(sK(stage), kp, koff);
         sm80::cp_async_commit();
         sm80::cp_async_wait<1>();  // everything before this tile's K: Q, or the previous tile
         if (i == 0) {
@@ -210,11 +226,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
           announce((it - 1) % S);
         }
         mbarrier_wait_parity(v_empty(stage), parity);
-#pragma unroll 1
-        for (int r = r_first; r < BN; r += kRowStep) {
-          const std::int64_t off = row_offset(r, a.v_page, a.v_token, v_head_off);
-          sm80::cp_async_16_zfill(sV(stage) + sw128_offset<BN>(r, ch), off >= 0 ? vp + off : vp, off >= 0);
-        }
+        copy_tile(sV(stage), vp, voff);
         sm80::cp_async_commit();
       }
       sm80::cp_async_wait<0>();
