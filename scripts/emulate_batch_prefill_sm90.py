@@ -100,31 +100,28 @@ def kernel(units, brk, rng):
                 while len(groups) > keep:
                     for key in groups.pop(0):
                         land(key)
+            def announce_previous(i):  # Q at the unit's first tile, else the previous tile
+                if i == 0:
+                    q_full.arrive(128)
+                else:
+                    k_full[(it - 1) % S].arrive(128)
+                    v_full[(it - 1) % S].arrive(128)
             for i in range(n_tiles):
                 stage = it % S
                 parity = ((it // S) & 1) ^ 1
-                if brk == "one-group":
-                    yield from wait_bar(k_empty[stage], parity)
+                yield from wait_bar(k_empty[stage], parity)
+                if brk == "one-group":  # one group per tile, the V stage awaited before announcing
                     yield from wait_bar(v_empty[stage], parity)
                     write(("K", stage), (u, i))
                     write(("V", stage), (u, i))
                     groups.append([("K", stage), ("V", stage)])
                     wait_group(1)
-                    if i == 0:
-                        q_full.arrive(128)
-                    else:
-                        k_full[(it - 1) % S].arrive(128)
-                        v_full[(it - 1) % S].arrive(128)
+                    announce_previous(i)
                 else:
-                    yield from wait_bar(k_empty[stage], parity)
                     write(("K", stage), (u, i))
                     groups.append([("K", stage)])
                     wait_group(1)
-                    if i == 0:
-                        q_full.arrive(128)
-                    else:
-                        k_full[(it - 1) % S].arrive(128)
-                        v_full[(it - 1) % S].arrive(128)
+                    announce_previous(i)
                     yield from wait_bar(v_empty[stage], parity)
                     write(("V", stage), (u, i))
                     groups.append([("V", stage)])

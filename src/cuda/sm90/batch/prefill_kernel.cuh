@@ -326,8 +326,6 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
                   pass_turn,
                   issue_qk,
                   issue_pv,
-                  [&] { wgmma_fence_operand(s_flat); },
-                  [&] { wgmma_fence_operand(o_flat); },
                   weights,
                   [&] { end_softmax_block(rows); },  // the forward's pin (bf16 / fp16: +2-4 % there)
                   [&] { rescale_rows<D, false>(o, alpha); },
@@ -336,7 +334,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
                   [&](int stage) { release(v_empty(stage)); },
                   k_full,
                   v_full};
-      run_kv_tiles<S, false>(un.n_tiles, it, ops);
+      run_kv_tiles<S, false>(un.n_tiles, it, ops, s_flat, o_flat);
     }
     // Every warp of the warpgroup is past its last Q K^T: the producer may load the next Q.
     named_barrier_sync(kEpilogueBarrier0 + c, 128);

@@ -538,8 +538,6 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
                   pass_turn,
                   issue_qk,
                   issue_pv,
-                  [&] { wgmma_fence_operand(s_flat); },
-                  [&] { wgmma_fence_operand(o_flat); },
                   weights,
                   [&] {
                     if constexpr (!kFp8) end_softmax_block(rows);
@@ -550,7 +548,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
                   [&](int stage) { release_stage(pv_empty(stage), lane); },
                   k_full,
                   pv_full};
-      run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops);
+      run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops, s_flat, o_flat);
     }
 
     // ---- epilogue: normalise, stage the warpgroup's 64 rows in its own rows of the Q buffer
