@@ -7,7 +7,7 @@
 
 namespace tessera::cuda::sm90 {
 
-// True for the shapes the kernel has an instance for (head_dim 128, bf16 / fp16).
+// True for the shapes the kernel has an instance for (head_dim 64 and 128, bf16 / fp16).
 bool batch_prefill_applicable(int head_dim);
 
 // Launches the prefill-shaped units of the plan in `args` (header.num_prefill_items, read on

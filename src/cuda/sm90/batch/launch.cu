@@ -25,14 +25,18 @@ void launch_typed(const batch::BatchArgs& args, long long max_units, int num_sms
 
 }  // namespace
 
-bool batch_prefill_applicable(int head_dim) { return head_dim == 128; }
+bool batch_prefill_applicable(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 void launch_batch_prefill(const batch::BatchArgs& args, bool bf16, int head_dim, long long max_units, int num_sms,
                           void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (head_dim != 128) return;  // batch_prefill_applicable said no: the caller does not launch
-  if (bf16) launch_typed<__nv_bfloat16, 128>(args, max_units, num_sms, s);
-  else launch_typed<__half, 128>(args, max_units, num_sms, s);
+  switch (head_dim) {
+    case 64: return bf16 ? launch_typed<__nv_bfloat16, 64>(args, max_units, num_sms, s)
+                         : launch_typed<__half, 64>(args, max_units, num_sms, s);
+    case 128: return bf16 ? launch_typed<__nv_bfloat16, 128>(args, max_units, num_sms, s)
+                          : launch_typed<__half, 128>(args, max_units, num_sms, s);
+    default: return;  // batch_prefill_applicable said no: the caller does not launch
+  }
 }
 
 }  // namespace tessera::cuda::sm90
