@@ -4,7 +4,7 @@
 //                           (the sm80 main kernel; the compact ones also force its compact
 //                           head_dim 128 layouts, see docs/TESTING.md)
 //   TESSERA_CUDA_BATCH    = sm90                                      (BatchAttention's prefill
-//                           units on the sm90 WGMMA kernel, head_dim 128 on compute capability
+//                           units on the sm90 WGMMA kernel, head_dim 64 and 128 on compute capability
 //                           9.0; being brought up: docs/perf/batch_prefill_sm90.md)
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
