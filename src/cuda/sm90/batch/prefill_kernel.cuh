@@ -8,10 +8,14 @@
 //              q_begin + n / G, head kv_head G + n % G; zero past the unit) and, per 128-key
 //              tile, the K and V rows through the page table (zero outside the item's keys),
 //              into 128-byte-swizzled panels (the layout TMA writes and wgmma descriptors
-//              read); each thread waits for its own copies, fences them into the async proxy
-//              and arrives on the stage's full barrier (128 arrivals).
+//              read), through a ring of kStages K and V stages; each copy (Q, a K tile, a V
+//              tile) ends with the thread's completion-tracked arrival on its full barrier
+//              (cp.async.mbarrier.arrive.noinc, 128 arrivals): the producer waits only for free
+//              stages, never for its own copies, and issues a unit's first K tile before its Q.
 //   consumers  the forward's schedule (sm90/common/kv_tile_schedule.cuh): S = Q K^T and
 //              O += P V on wgmma, pingpong turns, the softmax of tile i under P_{i-1} V_{i-1};
+//              each thread fences the landed copies into the async proxy (the WGMMAs' reads)
+//              after its full-barrier waits, in take_turn;
 //              masks per packed vector (its request's bottom-right causal / window mask
 //              intersected with the item's keys); the epilogue writes O and the LSE (direct
 //              items) or the fp32 partial O and LSE of the chunk (split items) from registers.
@@ -51,7 +55,8 @@ struct Traits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 128;  // packed query vectors per unit: plan::packed_q_rows
   static constexpr int kBlockN = 128;  // keys per tile
-  static constexpr int kStages = 2;
+  // Stages in flight: 3 at d128 (Q 32 KB + 3 x 64 KB), 4 at d64 (16 KB + 4 x 32 KB).
+  static constexpr int kStages = kHeadDim_ == 64 ? 4 : 3;
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
   static constexpr int kConsumerWarps = 8;
   // 128 x 40 + 256 x 232 = 64,512 registers: the gathering producer needs more than the
@@ -121,7 +126,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
   auto v_empty = [&](int stage) { return bars + 8u * (2 + 3 * S + stage); };
 
   if (threadIdx.x == 0) {
-    mbarrier_init(q_full, 128);  // every producer thread arrives once its copies have landed
+    mbarrier_init(q_full, 128);  // every producer thread's copies landed (cp.async arrivals)
     mbarrier_init(q_empty, 2);   // one arrival per consumer warpgroup
     for (int s = 0; s < S; ++s) {
       mbarrier_init(k_full(s), 128);
@@ -160,30 +165,30 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
       const int* pages = a.kv_indices + a.kv_indptr[b];
       const std::int64_t k_head_off = static_cast<std::int64_t>(un.it.kv_head) * a.k_head;
       const std::int64_t v_head_off = static_cast<std::int64_t>(un.it.kv_head) * a.v_head;
-      // Q: wait until the consumers are done with the previous unit's.
-      mbarrier_wait_parity(q_empty, (q_round & 1) ^ 1);
+      // Q, once the consumers are done with the previous unit's; q_full completes when every
+      // producer thread's copies have landed.
+      auto load_q = [&] {
+        mbarrier_wait_parity(q_empty, (q_round & 1) ^ 1);
 #pragma unroll 1
-      for (int r = r_first; r < 128; r += kRowStep) {
-        const bool valid = r < un.n_rows;
-        const T* src = qp;
-        if (valid) {
-          const int n = un.row0 + r;
-          const int qr = un.it.q_begin + n / G, h = un.it.kv_head * G + n % G;
-          src = qp + (q0 + qr) * a.q_row + static_cast<std::int64_t>(h) * a.q_head + ch * 8;
+        for (int r = r_first; r < 128; r += kRowStep) {
+          const bool valid = r < un.n_rows;
+          const T* src = qp;
+          if (valid) {
+            const int n = un.row0 + r;
+            const int qr = un.it.q_begin + n / G, h = un.it.kv_head * G + n % G;
+            src = qp + (q0 + qr) * a.q_row + static_cast<std::int64_t>(h) * a.q_head + ch * 8;
+          }
+          sm80::cp_async_16_zfill(sQ + sw128_offset<128>(r, ch), src, valid);
         }
-        sm80::cp_async_16_zfill(sQ + sw128_offset<128>(r, ch), src, valid);
-      }
-      sm80::cp_async_commit();
-      // K/V tiles: K and V of a tile are separate commit groups. Tile `it`'s K is issued, then
-      // the groups before it are waited for (Q, or the previous tile's K and V), fenced into the
-      // async proxy and announced, and only then does the producer wait for tile `it`'s V stage:
-      // the consumers free it (P V of tile it - 2) only after the previous tile's K has been
-      // announced, so waiting for it before that announcement would deadlock.
-      auto announce = [&](int stage) {
-        fence_proxy_async_shared_cta();
-        mbarrier_arrive(k_full(stage));
-        mbarrier_arrive(v_full(stage));
+        sm80::cp_async_mbarrier_arrive_noinc(q_full);
       };
+      if (un.n_tiles == 0) load_q();
+      // K/V tiles. Every copy ends with the thread's completion-tracked arrival on the copy's
+      // full barrier (the hardware arrives once the thread's earlier copies have landed), so the
+      // producer never waits for its own copies, only for free stages: K(i) needs Q K^T of tile
+      // i - S done, V(i) needs P V of tile i - S. The consumers fence the landed bytes into the
+      // async proxy before their WGMMAs read them (take_turn). A unit's first K tile is issued
+      // before its Q, whose buffer frees only when the previous unit's last P V is done.
       for (int i = 0; i < un.n_tiles; ++i, ++it) {
         const int stage = it % S;
         const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
@@ -217,26 +222,14 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
         };
         mbarrier_wait_parity(k_empty(stage), parity);
         copy_tile(sK(stage), kp, koff);
-        sm80::cp_async_commit();
-        sm80::cp_async_wait<1>();  // everything before this tile's K: Q, or the previous tile
-        if (i == 0) {
-          fence_proxy_async_shared_cta();
-          mbarrier_arrive(q_full);
-        } else {
-          announce((it - 1) % S);
-        }
+        sm80::cp_async_mbarrier_arrive_noinc(k_full(stage));
+        if (i == 0) load_q();
         mbarrier_wait_parity(v_empty(stage), parity);
         copy_tile(sV(stage), vp, voff);
-        sm80::cp_async_commit();
-      }
-      sm80::cp_async_wait<0>();
-      if (un.n_tiles == 0) {
-        fence_proxy_async_shared_cta();
-        mbarrier_arrive(q_full);
-      } else {
-        announce((it - 1) % S);
+        sm80::cp_async_mbarrier_arrive_noinc(v_full(stage));
       }
     }
+    sm80::cp_async_wait_all();  // leave no copy in flight behind an exiting thread
     return;
   }
 
@@ -246,7 +239,13 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
   const int warp = t / 32, lane = t % 32;
   const int g = lane / 4, q = lane % 4;
   constexpr std::uint32_t kTurnBarrier0 = 4, kEpilogueBarrier0 = 1;
-  auto take_turn = [&] { named_barrier_sync(kTurnBarrier0 + c, 256); };
+  // Every take_turn in run_kv_tiles follows the full-barrier waits for the operands of the
+  // WGMMAs it precedes, with none of this warpgroup's WGMMAs in flight: the generic-to-async
+  // proxy fence for the producer's cp.async bytes goes here, while the turn is awaited.
+  auto take_turn = [&] {
+    fence_proxy_async_shared_cta();
+    named_barrier_sync(kTurnBarrier0 + c, 256);
+  };
   auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier0 + (c ^ 1), 256); };
   if (c == 1) pass_turn();
 
