@@ -158,6 +158,10 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
     constexpr int kRowStep = 128 / Tr::kChunks;
     const int ch = t % Tr::kChunks, r_first = t / Tr::kChunks;
     const int pair_row = t / 2, half = t % 2;
+    // Page of key j: a shift for power-of-two page sizes (the common case), else a division.
+    const int page_size = a.page_size;
+    const bool page_pow2 = (page_size & (page_size - 1)) == 0;
+    const int page_shift = 31 - __clz(page_size);
     for (int u = blockIdx.x; u < num_units; u += gridDim.x, ++q_round) {
       const Unit un = unit_of<BN>(a, u);
       const int b = un.it.request;
@@ -195,37 +199,39 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
         const int key0 = (un.t0 + i) * BN;
         // The copy of a tile: two threads per key row (64 rows per pass, 2 passes), the pair
         // taking adjacent 16-byte chunks in each instruction so that every 32-byte sector is read
-        // whole; a row's page lookup is made once per tile and serves both K and V (the element
-        // offsets of its two rows, or -1 outside the item's keys: zero-filled).
-        std::int64_t koff[2], voff[2];
+        // whole; a row's page lookup is made once per tile and serves both K and V (the source
+        // row of each, or the tensor's base with a zero fill outside the item's keys).
+        const T* krow[2];
+        const T* vrow[2];
+        bool valid[2];
 #pragma unroll
         for (int pass = 0; pass < 2; ++pass) {
           const int j = key0 + pair_row + 64 * pass;
-          koff[pass] = voff[pass] = -1;
-          if (j >= un.it.kv_begin && j < un.it.kv_end) {
-            const int pg = j / a.page_size;
-            const std::int64_t page = __ldg(pages + pg), slot = j - pg * a.page_size;
-            koff[pass] = page * a.k_page + slot * a.k_token + k_head_off + half * 8;
-            voff[pass] = page * a.v_page + slot * a.v_token + v_head_off + half * 8;
+          valid[pass] = j >= un.it.kv_begin && j < un.it.kv_end;
+          krow[pass] = kp;
+          vrow[pass] = vp;
+          if (valid[pass]) {
+            const int pg = page_pow2 ? j >> page_shift : j / page_size;
+            const std::int64_t page = __ldg(pages + pg), slot = j - pg * page_size;
+            krow[pass] = kp + (page * a.k_page + slot * a.k_token + k_head_off + half * 8);
+            vrow[pass] = vp + (page * a.v_page + slot * a.v_token + v_head_off + half * 8);
           }
         }
-        auto copy_tile = [&](std::uint32_t dst_tile, const T* src, const std::int64_t (&off)[2]) {
+        auto copy_tile = [&](std::uint32_t dst_tile, const T* const (&row)[2]) {
 #pragma unroll
           for (int pass = 0; pass < 2; ++pass) {
             const int r = pair_row + 64 * pass;
-            const bool valid = off[pass] >= 0;
 #pragma unroll
             for (int k = 0; k < Tr::kChunks / 2; ++k)
-              sm80::cp_async_16_zfill(dst_tile + sw128_offset<BN>(r, 2 * k + half), valid ? src + off[pass] + 16 * k : src,
-                                      valid);
+              sm80::cp_async_16_zfill(dst_tile + sw128_offset<BN>(r, 2 * k + half), row[pass] + 16 * k, valid[pass]);
           }
         };
         mbarrier_wait_parity(k_empty(stage), parity);
-        copy_tile(sK(stage), kp, koff);
+        copy_tile(sK(stage), krow);
         sm80::cp_async_mbarrier_arrive_noinc(k_full(stage));
         if (i == 0) load_q();
         mbarrier_wait_parity(v_empty(stage), parity);
-        copy_tile(sV(stage), vp, voff);
+        copy_tile(sV(stage), vrow);
         sm80::cp_async_mbarrier_arrive_noinc(v_full(stage));
       }
     }
