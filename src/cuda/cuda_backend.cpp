@@ -1,5 +1,5 @@
 // The CUDA backend's entry points (see cuda_backend.h): what is supported, and the forward.
-// The backward's supports_backward / attention_backward live with it in sm80/backward/.
+// The backward's supports_backward / attention_backward live in backward/backward_entry.cu.
 #include "cuda/common/device_limits.h"
 #include "cuda/cuda_backend.h"
 

@@ -16,6 +16,11 @@
 //     merge pass combines the partials of each split query row with math::LseMerger.
 //   - A tile with no visible key still gets one item (kv range empty): it writes O = 0,
 //     LSE = -inf.
+//   - Item order: the prefill-shaped items (more than kDecodeMaxVectors packed query vectors)
+//     first, then the decode-shaped ones, each kind in tile order (requests in order, a
+//     request's tiles by first row, a tile's chunks, then kv heads); header.num_prefill_items
+//     counts the first kind. A kernel for one shape walks its own contiguous range. Only a
+//     request's last tile can be decode-shaped (a full tile has >= 64 vectors).
 //
 // Workspace layout (all offsets 16-byte aligned, fixed for a (config, facts, workspace bytes)
 // triple so a CUDA graph captured with these pointers stays valid across plan() calls):
@@ -62,12 +67,18 @@
 namespace tessera::plan {
 
 inline constexpr std::uint32_t kPlanMagic = 0x31504254u;  // "TBP1"
-inline constexpr std::uint32_t kPlanVersion = 1;
+inline constexpr std::uint32_t kPlanVersion = 2;  // 2: prefill-shaped items first, num_prefill_items
 // Target query vectors (rows x group) per work item: 128 at head_dim <= 128 (two 64-vector
 // row blocks that share every K/V tile on CUDA), 64 at head_dim 256 (where one block already
 // takes 128 fp32 accumulators per thread). Host and device (the CUDA kernel's unit size).
 inline constexpr int kPackedQRowsMax = 128;
 constexpr int packed_q_rows(int head_dim) { return head_dim <= 128 ? kPackedQRowsMax : 64; }
+// Items of at most this many packed query vectors (rows x group) are decode-shaped: one m16
+// block of query vectors, which the CUDA decode path serves with the KV tile split over warps.
+inline constexpr int kDecodeMaxVectors = 16;
+constexpr bool prefill_shaped(int rows, int group) {
+  return static_cast<long long>(rows) * group > kDecodeMaxVectors;
+}
 inline constexpr int kKVTile = 64;       // KV tokens per tile; automatic chunks are multiples
 inline constexpr int kMinSplitSlots = 64;  // default room: (tile, chunk) pairs of 64-vector (half) tiles
 // Resident CTAs per SM of the decode-shaped CUDA instance (cuda/batch/kernel_traits.cuh,
@@ -96,7 +107,8 @@ struct alignas(16) PlanHeader {
   std::int32_t heads_kv = 0;
   std::int32_t head_dim = 0;
   std::int32_t split_slots = 0;  // (tile, chunk) pairs of split tiles
-  std::int32_t reserved[2] = {};
+  std::int32_t num_prefill_items = 0;  // items [0, this) are prefill-shaped, the rest decode-shaped
+  std::int32_t reserved[1] = {};
 };
 static_assert(sizeof(PlanHeader) == 64);
 
@@ -177,6 +189,7 @@ struct PlanSummary {
   int num_merge_rows = 0;
   int num_partial_rows = 0;
   int split_slots = 0;
+  int num_prefill_items = 0;      // items [0, this) are prefill-shaped (see "Item order")
   std::int64_t chunk_tokens = 0;  // chosen chunk size; 0 = no split
 };
 

@@ -102,8 +102,8 @@ bool never_split(const PlanConfig& cfg, int t_rows, std::span<const std::int32_t
 
 // Header of a written plan, and its summary.
 PlanSummary finish_plan(const PlanConfig& cfg, const PlanView& v, std::uint64_t generation, int batch,
-                        std::int64_t total_q, int t_rows, int num_tiles, int n_items, int n_merge, int n_prow,
-                        std::int64_t split_slots, std::int64_t chunk) {
+                        std::int64_t total_q, int t_rows, int num_tiles, int n_items, int n_prefill, int n_merge,
+                        int n_prow, std::int64_t split_slots, std::int64_t chunk) {
   PlanHeader h;
   h.generation = generation;
   h.batch = batch;
@@ -116,6 +116,7 @@ PlanSummary finish_plan(const PlanConfig& cfg, const PlanView& v, std::uint64_t 
   h.heads_kv = cfg.heads_kv;
   h.head_dim = cfg.head_dim;
   h.split_slots = static_cast<std::int32_t>(split_slots);
+  h.num_prefill_items = n_prefill;
   std::memcpy(v.header, &h, sizeof h);
 
   PlanSummary s;
@@ -126,6 +127,7 @@ PlanSummary finish_plan(const PlanConfig& cfg, const PlanView& v, std::uint64_t 
   s.num_merge_rows = n_merge;
   s.num_partial_rows = n_prow;
   s.split_slots = static_cast<int>(split_slots);
+  s.num_prefill_items = n_prefill;
   s.chunk_tokens = split_slots > 0 ? chunk : 0;
   return s;
 }
@@ -155,10 +157,13 @@ PlanSummary sweep_unsplit(const PlanConfig& cfg, const WorkspaceLayout& layout, 
   const int batch = static_cast<int>(q_lens.size());
   const int t_rows = layout.q_tile_rows;
   const PlanView v = plan_view(dst, layout);
+  const int group = cfg.heads_q / cfg.heads_kv;
   WorkItem* item = v.items;
   int num_tiles = 0;
   std::int32_t q_off = 0;
   v.qo_indptr[0] = 0;
+  // Prefill-shaped tiles first (every tile but a short last one), then the decode-shaped last
+  // tiles (see "Item order" in batch_plan.h).
   for (int b = 0; b < batch; ++b) {
     const int q_len = q_lens[b], kv_len = kv_lens[b];
     q_off += q_len;
@@ -167,13 +172,23 @@ PlanSummary sweep_unsplit(const PlanConfig& cfg, const WorkspaceLayout& layout, 
     if (splits) splits[b] = q_len > 0 ? 1 : 0;
     for (int q0 = 0; q0 < q_len; q0 += t_rows, ++num_tiles) {
       const int q1 = std::min(q_len, q0 + t_rows);
+      if (!prefill_shaped(q1 - q0, group)) continue;
       const math::KeyRange keys = keys_of(q_len, kv_len, q0, q1);
       item = write_items(item, cfg.heads_kv, b, q0, q1, keys.begin, keys.end, kDirect, 0);
     }
   }
+  const int n_prefill = static_cast<int>(item - v.items);
+  for (int b = 0; b < batch; ++b) {
+    const int q_len = q_lens[b];
+    if (q_len == 0) continue;
+    const int q0 = (q_len - 1) / t_rows * t_rows;  // the last tile: the only one that can be short
+    if (prefill_shaped(q_len - q0, group)) continue;
+    const math::KeyRange keys = keys_of(q_len, kv_lens[b], q0, q_len);
+    item = write_items(item, cfg.heads_kv, b, q0, q_len, keys.begin, keys.end, kDirect, 0);
+  }
   v.merge_indptr[0] = 0;
-  return finish_plan(cfg, v, generation, batch, q_off, t_rows, num_tiles, static_cast<int>(item - v.items), 0, 0, 0,
-                     0);
+  return finish_plan(cfg, v, generation, batch, q_off, t_rows, num_tiles, static_cast<int>(item - v.items), n_prefill,
+                     0, 0, 0, 0);
 }
 
 // The plan when never_split(): no chunk search and no capacity check, so one sweep over the
@@ -443,15 +458,14 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
   int n_merge = 0, n_prow = 0;
   v.merge_indptr[0] = 0;
   std::int32_t merge_entries = 0;
-  for (int t = 0; t < num_tiles; ++t) {
-    const PlanScratch::Tile& tile = scratch.tiles[static_cast<std::size_t>(t)];
+  auto write_tile = [&](const PlanScratch::Tile& tile) {
     const std::int64_t len = tile.kv_end - tile.kv_begin;
     const int k = (chunk > 0 && len > chunk) ? static_cast<int>(ceil_div(len, chunk)) : 1;
     if (splits && splits[tile.request] < k) splits[tile.request] = k;
     if (k == 1) {
       item = write_items(item, cfg.heads_kv, tile.request, tile.q_begin, tile.q_end, tile.kv_begin, tile.kv_end,
                          kDirect, 0);
-      continue;
+      return;
     }
     const int rows = tile.q_end - tile.q_begin;
     const int base = n_prow;
@@ -467,9 +481,21 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
       for (int c = 0; c < k; ++c) v.merge_partial[merge_entries++] = base + c * rows + r;
       v.merge_indptr[++n_merge] = merge_entries;
     }
+  };
+  // The prefill-shaped tiles, then the decode-shaped ones ("Item order" in batch_plan.h);
+  // partial and merge rows are numbered in the order written.
+  const int group = cfg.heads_q / cfg.heads_kv;
+  for (int t = 0; t < num_tiles; ++t) {
+    const PlanScratch::Tile& tile = scratch.tiles[static_cast<std::size_t>(t)];
+    if (prefill_shaped(tile.q_end - tile.q_begin, group)) write_tile(tile);
   }
-  return finish_plan(cfg, v, generation, batch, total_q, t_rows, num_tiles, static_cast<int>(item - v.items), n_merge,
-                     n_prow, counts.slots, chunk);
+  const int n_prefill = static_cast<int>(item - v.items);
+  for (int t = 0; t < num_tiles; ++t) {
+    const PlanScratch::Tile& tile = scratch.tiles[static_cast<std::size_t>(t)];
+    if (!prefill_shaped(tile.q_end - tile.q_begin, group)) write_tile(tile);
+  }
+  return finish_plan(cfg, v, generation, batch, total_q, t_rows, num_tiles, static_cast<int>(item - v.items), n_prefill,
+                     n_merge, n_prow, counts.slots, chunk);
 }
 
 }  // namespace tessera::plan

@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "math/mask.h"
@@ -142,6 +143,23 @@ void check_plan(Planned& p, const std::vector<std::int32_t>& q, const std::vecto
     }
   }
   for (int w : prow_writes) ASSERT_EQ(w, 1) << "a partial (row, kv head) written by several items, or never";
+
+  // Item order (batch_plan.h): the prefill-shaped items first, then the decode-shaped ones,
+  // each kind in tile order: (request, first row, chunk, kv head) increasing.
+  ASSERT_EQ(h.version, plan::kPlanVersion);
+  ASSERT_EQ(h.num_prefill_items, p.summary.num_prefill_items);
+  ASSERT_GE(h.num_prefill_items, 0);
+  ASSERT_LE(h.num_prefill_items, h.num_items);
+  for (int i = 0; i < h.num_items; ++i) {
+    const plan::WorkItem& it = v.items[i];
+    ASSERT_EQ(plan::prefill_shaped(it.q_end - it.q_begin, G), i < h.num_prefill_items)
+        << "item " << i << " of " << it.q_end - it.q_begin << " rows x group " << G << " on the wrong side of "
+        << h.num_prefill_items << " prefill-shaped items";
+    if (i == 0 || i == h.num_prefill_items) continue;
+    const plan::WorkItem& prev = v.items[i - 1];
+    const auto key = [](const plan::WorkItem& w) { return std::tuple(w.request, w.q_begin, w.chunk, w.kv_head); };
+    ASSERT_LT(key(prev), key(it)) << "items " << i - 1 << " and " << i << " out of tile order";
+  }
 
   std::vector<int> merged(static_cast<std::size_t>(total_q), -1);
   for (int m = 0; m < h.num_merge_rows; ++m) {
@@ -520,17 +538,24 @@ TEST(Planner, ShortRequestsAndTails) {
   check_plan(p, q, kv);
   const plan::PlanView v = p.view();
   int i = 0;
-  for (std::size_t b = 0; b < q.size(); ++b)
-    for (int q0 = 0; q0 < q[b]; q0 += 32) {
-      const int q1 = std::min(q[b], q0 + 32);
-      for (int h = 0; h < 8; ++h, ++i) {
-        ASSERT_LT(i, p.summary.num_items);
-        EXPECT_EQ(v.items[i].request, static_cast<int>(b));
-        EXPECT_EQ(v.items[i].q_begin, q0);
-        EXPECT_EQ(v.items[i].q_end, q1);
-        EXPECT_EQ(v.items[i].kv_end, 700 - q[b] + q1);
+  // Tiles of more than 4 rows (x group 4 > 16 vectors: prefill-shaped) first, then the tails of
+  // at most 4 rows (requests 1 and 4, and the 1-row or 4-row tails of 33, 36, 65, 97).
+  for (const bool prefill : {true, false}) {
+    if (!prefill) EXPECT_EQ(i, p.summary.num_prefill_items);
+    for (std::size_t b = 0; b < q.size(); ++b)
+      for (int q0 = 0; q0 < q[b]; q0 += 32) {
+        const int q1 = std::min(q[b], q0 + 32);
+        if ((q1 - q0 > 4) != prefill) continue;
+        for (int h = 0; h < 8; ++h, ++i) {
+          ASSERT_LT(i, p.summary.num_items);
+          EXPECT_EQ(v.items[i].request, static_cast<int>(b));
+          EXPECT_EQ(v.items[i].q_begin, q0);
+          EXPECT_EQ(v.items[i].q_end, q1);
+          EXPECT_EQ(v.items[i].kv_end, 700 - q[b] + q1);
+        }
       }
-    }
+  }
+  EXPECT_EQ(p.summary.num_prefill_items, 16 * 8);  // 22 tiles, 6 of them of <= 4 rows
   EXPECT_EQ(i, p.summary.num_items);
 }
 

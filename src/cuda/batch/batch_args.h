@@ -55,8 +55,9 @@ struct BatchArgs {
   int window_right = -1;
 };
 
-// Packed query vectors at or below which an item runs on the decode-shaped kernel.
-inline constexpr int kDecodeMaxRows = 16;
+// Packed query vectors at or below which an item runs on the decode-shaped kernel (the plan's
+// split between decode- and prefill-shaped items).
+inline constexpr int kDecodeMaxRows = plan::kDecodeMaxVectors;
 
 // Two instances per (dtype, head dim), defined in instance_hdim*.cu, kKind an InstanceKind
 // (kernel_traits.cuh): decode-only and fused at head_dim 64/128, decode-only and prefill-only

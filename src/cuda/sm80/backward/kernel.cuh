@@ -28,13 +28,14 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/fast_math.cuh"
+#include "cuda/common/recompute_p.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/mma.cuh"
 #include "cuda/primitives/sm80/red.cuh"
 #include "cuda/sm80/backward/backward.h"
-#include "cuda/sm80/backward/cta_work.cuh"
+#include "cuda/backward/cta_work.cuh"
 #include "cuda/sm80/backward/tiles.h"
 #include "math/mask.h"
 
@@ -229,8 +230,8 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const int b = blockIdx.z;
 
   // The CTA's sequence bounds and query tiles (cta_work.cuh, shared with the sm90 kernel).
-  CtaWork<Br> w;
-  if (!cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
+  backward::CtaWork<Br> w;
+  if (!backward::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
   const int q_len = w.q_len, k_len = w.k_len;
   const std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
   const int kv0 = w.kv0, kv1 = w.kv1;
@@ -364,12 +365,10 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
             for (int hr = 0; hr < 2; ++hr) {
               const float x = s_acc[i][2 * hr + e];
               if constexpr (kGeneral) {
-                const float cap_log2 = p.softcap * 1.4426950408889634f;
-                const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
-                const float v = softcap_on ? cap_log2 * tanhf(x * scale_over_cap) : x * p.scale_log2;
-                s_acc[i][2 * hr + e] = (hr == 0 ? vis0 : vis1) ? fast_exp2(v - lse2) : 0.0f;
+                const float v = score_log2(x, softcap_on, p.scale, p.scale_log2, p.softcap);
+                s_acc[i][2 * hr + e] = recompute_p(v, lse2, hr == 0 ? vis0 : vis1);
               } else {
-                s_acc[i][2 * hr + e] = fast_exp2(x * p.scale_log2 - lse2);
+                s_acc[i][2 * hr + e] = recompute_p(x * p.scale_log2, lse2);
               }
             }
           }
@@ -420,9 +419,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
               const float pv = e == 0 ? pf[hr].x : pf[hr].y;
               float ds = pv * (dp_acc[i][2 * hr + e] - del);
               if (kGeneral && softcap_on && pv > 0.0f) {  // the fast copy runs only with softcap off
-                const float log2_to_t = 0.6931471805599453f / p.softcap;
-                const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
-                ds *= 1.0f - tt * tt;
+                ds *= softcap_dtanh(pv, lse_t[col], p.softcap);  // tanh recovered from P
               }
               dp_acc[i][2 * hr + e] = ds;
             }
@@ -501,10 +498,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
               const float pv = e == 0 ? pf[hr].x : pf[hr].y;
               float ds = pv * (dp_acc[i][2 * hr + e] - del);
               if (kCap && softcap_on && pv > 0.0f) {  // head_dim 256 takes this copy uncapped too
-                // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
-                const float log2_to_t = 0.6931471805599453f / p.softcap;  // v/(cap*log2e)
-                const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
-                ds *= 1.0f - tt * tt;
+                ds *= softcap_dtanh(pv, lse_t[col], p.softcap);  // tanh recovered from P
               }
               dp_acc[i][2 * hr + e] = ds;
             }

@@ -2,7 +2,7 @@
 // what the host side needs, free of CUDA headers. Built only for sm_90a (src/cuda/sm90/ is
 // its own CMake object library); callers test TESSERA_HAS_SM90_KERNELS.
 //
-// Only the main kernel is new: the sm80 backward's host code (sm80/backward/backward_entry.cu)
+// Only the main kernel is new: the backward's host code (backward/backward_entry.cu)
 // keeps its checks, grid and GQA split, workspace and pre/post kernels, and calls
 // launch_backward_main here instead of the sm80 main kernel when backward_applicable says so.
 #pragma once
@@ -31,6 +31,6 @@ sm80::BwdShape backward_shape(int head_dim);
 // Launches the sm90 main kernel on `stream` for the dtype and head dim of `p` (which
 // backward_applicable accepted), with the arguments and workspace the sm80 host code built.
 // Throws Error(backend_failure) on a CUDA error.
-void launch_backward_main(const BackwardParams& p, const sm80::BwdArgs& args, void* stream);
+void launch_backward_main(const BackwardParams& p, const backward::BwdArgs& args, void* stream);
 
 }  // namespace tessera::cuda::sm90

@@ -5,6 +5,6 @@
 #include "cuda/sm90/backward/launch_template.cuh"
 
 namespace tessera::cuda::sm90 {
-template void launch_backward<__half, 256>(const sm80::BwdArgs&, void*);
-template void launch_backward<__nv_bfloat16, 256>(const sm80::BwdArgs&, void*);
+template void launch_backward<__half, 256>(const backward::BwdArgs&, void*);
+template void launch_backward<__nv_bfloat16, 256>(const backward::BwdArgs&, void*);
 }  // namespace tessera::cuda::sm90

@@ -5,6 +5,6 @@
 #include "cuda/sm90/backward/launch_template.cuh"
 
 namespace tessera::cuda::sm90 {
-template void launch_backward<__half, 64>(const sm80::BwdArgs&, void*);
-template void launch_backward<__nv_bfloat16, 64>(const sm80::BwdArgs&, void*);
+template void launch_backward<__half, 64>(const backward::BwdArgs&, void*);
+template void launch_backward<__nv_bfloat16, 64>(const backward::BwdArgs&, void*);
 }  // namespace tessera::cuda::sm90

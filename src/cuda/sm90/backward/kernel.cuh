@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "cuda/common/fast_math.cuh"
+#include "cuda/common/recompute_p.cuh"
 #include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
@@ -37,8 +38,8 @@
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/stmatrix.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
-#include "cuda/sm80/backward/backward.h"
-#include "cuda/sm80/backward/cta_work.cuh"
+#include "cuda/backward/backward_args.h"
+#include "cuda/backward/cta_work.cuh"
 #include "cuda/sm90/backward/kernel_traits.cuh"
 #include "math/mask.h"
 
@@ -72,7 +73,7 @@ __device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, s
 }  // namespace bwd
 
 template <typename T, int D>
-__global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(const sm80::BwdArgs p) {
+__global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(const backward::BwdArgs p) {
   using Tr = BwdTraits<D>;
   constexpr int Bc = Tr::Bc, Br = Tr::Br, kThreads = Tr::kThreads;
   constexpr int kSN = Tr::kSN, kDN = Tr::kDN, kDqN = Tr::kDqN;
@@ -97,9 +98,9 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
   const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
   const int b = blockIdx.z;
 
-  // ---- the CTA's sequence bounds and query tiles: the sm80 kernel's (cta_work.cuh) ----
-  sm80::bwd::CtaWork<Br> w;
-  if (!sm80::bwd::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence
+  // ---- the CTA's sequence bounds and query tiles: the sm80 kernel's (cuda/backward/cta_work.cuh) ----
+  backward::CtaWork<Br> w;
+  if (!backward::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence
   const int q_len = w.q_len, k_len = w.k_len;
   std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
   const int kv0 = w.kv0, kv1 = w.kv1;
@@ -324,12 +325,10 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
           for (int hr = 0; hr < 2; ++hr) {
             const float x = s[n][2 * hr + e];
             if constexpr (kGeneral) {
-              const float cap_log2 = p.softcap * 1.4426950408889634f;
-              const float scale_over_cap = softcap_on ? p.scale / p.softcap : 0.0f;
-              const float v = softcap_on ? cap_log2 * tanhf(x * scale_over_cap) : x * p.scale_log2;
-              s[n][2 * hr + e] = (hr == 0 ? vis0 : vis1) ? fast_exp2(v - lse2) : 0.0f;
+              const float v = score_log2(x, softcap_on, p.scale, p.scale_log2, p.softcap);
+              s[n][2 * hr + e] = recompute_p(v, lse2, hr == 0 ? vis0 : vis1);
             } else {
-              s[n][2 * hr + e] = fast_exp2(x * p.scale_log2 - lse2);
+              s[n][2 * hr + e] = recompute_p(x * p.scale_log2, lse2);
             }
           }
         }
@@ -383,10 +382,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
             const float pv = e == 0 ? pf[hr].x : pf[hr].y;
             float ds = pv * (dp[n][2 * hr + e] - del);
             if (kCap && pv > 0.0f) {
-              // P = exp2(cap*log2e*t - lse2) gives back t = tanh(.) without keeping it alive.
-              const float log2_to_t = 0.6931471805599453f / p.softcap;
-              const float tt = (fast_log2(pv) + lse_t[col]) * log2_to_t;
-              ds *= 1.0f - tt * tt;
+              ds *= softcap_dtanh(pv, lse_t[col], p.softcap);  // tanh recovered from P
             }
             dp[n][2 * hr + e] = ds;
           }

@@ -17,7 +17,7 @@ namespace tessera::cuda::sm90 {
 
 // One instance per (dtype, head dim), in instance_hdim*.cu (launch_template.cuh).
 template <typename T, int kHeadDim>
-void launch_backward(const sm80::BwdArgs& args, void* stream);
+void launch_backward(const backward::BwdArgs& args, void* stream);
 
 // The sm80 host code sizes the grid, the GQA split and the deterministic counters from the
 // tiles backward_shape returns: the sm90 kernel's own (at d128 and d256 the sm80 kernel's; at
@@ -63,7 +63,7 @@ sm80::BwdShape backward_shape(int head_dim) {
   }
 }
 
-void launch_backward_main(const BackwardParams& p, const sm80::BwdArgs& args, void* stream) {
+void launch_backward_main(const BackwardParams& p, const backward::BwdArgs& args, void* stream) {
   const bool bf16 = p.dtype == DType::bf16, f16 = p.dtype == DType::f16;
   switch (p.head_dim) {
     case 64:

@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.h"
-#include "cuda/sm80/backward/backward.h"
+#include "cuda/backward/backward_args.h"
 #include "cuda/sm90/backward/kernel.cuh"
 #include "cuda/sm90/backward/kernel_traits.cuh"
 
@@ -14,7 +14,7 @@ namespace tessera::cuda::sm90 {
 // Launches the main kernel with the sm80 kernel's grid (KV tiles, heads_kv * n_splits, batch):
 // the sm80 host code sized the splits and the workspace for it.
 template <typename T, int kHeadDim>
-void launch_backward(const sm80::BwdArgs& args, void* stream) {
+void launch_backward(const backward::BwdArgs& args, void* stream) {
   using Tr = BwdTraits<kHeadDim>;
   const int kv_tiles = (args.seq_k + Tr::Bc - 1) / Tr::Bc;
   if (kv_tiles == 0 || args.batch == 0 || args.heads_kv == 0) return;

@@ -8,10 +8,10 @@
 
 #include <cstdint>
 
-#include "cuda/sm80/backward/backward.h"
+#include "cuda/backward/backward_args.h"
 #include "math/mask.h"
 
-namespace tessera::cuda::sm80::bwd {
+namespace tessera::cuda::backward {
 
 template <int Br>
 struct CtaWork {
@@ -76,4 +76,4 @@ __device__ __forceinline__ bool cta_work(const BwdArgs& p, CtaWork<Br>& w) {
   return true;
 }
 
-}  // namespace tessera::cuda::sm80::bwd
+}  // namespace tessera::cuda::backward

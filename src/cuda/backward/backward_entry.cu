@@ -1,5 +1,8 @@
 // The CUDA backward's entry points: supports_backward, attention_backward, and the small
-// pre/post kernels around the main kernel (kernel.cuh, instantiated per head dim).
+// pre/post kernels around the main kernel, which is the sm80 FA2-class kernel
+// (sm80/backward/kernel.cuh, instantiated per head dim and layout) or, on Hopper, the sm90 wgmma
+// kernel (sm90/backward/): both take backward_args.h's arguments and walk cta_work.cuh's tiles,
+// so the workspace, grids and deterministic counters here serve either.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -77,6 +80,19 @@ struct RowMap {
   }
 };
 
+// The (row x head) item and 16-byte slice of this thread in the pre/post kernels: D / 8
+// threads per item, consecutive threads along the item's head_dim.
+template <int D>
+struct ThreadSlice {
+  std::int64_t item;
+  int sub;
+  __device__ __forceinline__ static ThreadSlice mine() {
+    constexpr int kTpr = D / 8;
+    const std::int64_t gid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    return {gid / kTpr, static_cast<int>(gid % kTpr)};
+  }
+};
+
 struct PreArgs {
   const void* o;
   const void* dout;
@@ -95,9 +111,7 @@ struct PreArgs {
 template <typename T, int D>
 __global__ void __launch_bounds__(256) backward_pre_kernel(const PreArgs a) {
   constexpr int kTpr = D / 8;
-  const std::int64_t gid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t item = gid / kTpr;
-  const int sub = static_cast<int>(gid % kTpr);
+  const auto [item, sub] = ThreadSlice<D>::mine();
   const bool ok = item < a.total_q * a.heads_q;
   const int h = static_cast<int>(item % a.heads_q);
   const std::int64_t gr = item / a.heads_q;
@@ -151,23 +165,16 @@ struct PostArgs {
 // dst(row, head) = scale * src, or the fixed-order sum of the split partials.
 template <typename T, int D>
 __global__ void __launch_bounds__(256) backward_post_kernel(const PostArgs a) {
-  constexpr int kTpr = D / 8;
-  const std::int64_t gid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t item = gid / kTpr;
-  const int sub = static_cast<int>(gid % kTpr);
+  const auto [item, sub] = ThreadSlice<D>::mine();
   if (item >= a.total * a.heads) return;
   float v[8];
-  std::int64_t gr;
-  int h;
+  const int h = static_cast<int>(item % a.heads);
+  const std::int64_t gr = item / a.heads;
   if (a.splits == 0) {
-    h = static_cast<int>(item % a.heads);
-    gr = item / a.heads;
     const float4* s = reinterpret_cast<const float4*>(a.src + (static_cast<std::int64_t>(h) * a.total + gr) * D + sub * 8);
     const float4 x = s[0], y = s[1];
     v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w; v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
   } else {
-    h = static_cast<int>(item % a.heads);
-    gr = item / a.heads;
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = 0.0f;
     for (int sp = 0; sp < a.splits; ++sp) {
