@@ -318,10 +318,7 @@ void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageT
   p.head_dim = c.head_dim;
   p.total_q = s.summary.total_q;
   p.merge_rows = s.summary.num_merge_rows;
-  p.merge_fan_in = s.summary.num_merge_rows > 0
-                       ? static_cast<int>((static_cast<std::int64_t>(s.summary.num_partial_rows) +
-                                           s.summary.num_merge_rows - 1) / s.summary.num_merge_rows)
-                       : 0;
+  p.merge_fan_in = plan::mean_merge_fan_in(s.summary);
   p.q = {q.data, 0, q.stride[0], q.stride[1]};
   p.o = {out.data, 0, out.stride[0], out.stride[1]};
   if (c.options.return_lse) p.lse = {lse.ptr<float>(), 0, lse.stride[0]};

@@ -20,7 +20,8 @@
 //     first, then the decode-shaped ones, each kind in tile order (requests in order, a
 //     request's tiles by first row, a tile's chunks, then kv heads); header.num_prefill_items
 //     counts the first kind. A kernel for one shape walks its own contiguous range. Only a
-//     request's last tile can be decode-shaped (a full tile has >= 64 vectors).
+//     request's last tile can be decode-shaped: a full tile has q_tile_rows x group > P / 2
+//     vectors (P = packed_q_rows(head_dim) >= 64; one row of a group above P), more than 16.
 //
 // Workspace layout (all offsets 16-byte aligned, fixed for a (config, facts, workspace bytes)
 // triple so a CUDA graph captured with these pointers stays valid across plan() calls):
@@ -79,6 +80,9 @@ inline constexpr int kDecodeMaxVectors = 16;
 constexpr bool prefill_shaped(int rows, int group) {
   return static_cast<long long>(rows) * group > kDecodeMaxVectors;
 }
+// A full tile (q_tile_rows x group > packed_q_rows / 2 vectors) is never decode-shaped, so only
+// a request's last tile can be: the planner's unsplit sweep relies on it ("Item order").
+static_assert(packed_q_rows(256) / 2 >= kDecodeMaxVectors && packed_q_rows(128) / 2 >= kDecodeMaxVectors);
 inline constexpr int kKVTile = 64;       // KV tokens per tile; automatic chunks are multiples
 inline constexpr int kMinSplitSlots = 64;  // default room: (tile, chunk) pairs of 64-vector (half) tiles
 // Resident CTAs per SM of the decode-shaped CUDA instance (cuda/batch/kernel_traits.cuh,
@@ -192,6 +196,14 @@ struct PlanSummary {
   int num_prefill_items = 0;      // items [0, this) are prefill-shaped (see "Item order")
   std::int64_t chunk_tokens = 0;  // chosen chunk size; 0 = no split
 };
+
+// Partials per split query row, rounded up (0 without split rows): what picks the CUDA merge
+// kernel (cuda/batch/batch_args.h, merge_uses_fan_in_kernel).
+inline int mean_merge_fan_in(const PlanSummary& s) {
+  return s.num_merge_rows > 0
+             ? static_cast<int>((static_cast<std::int64_t>(s.num_partial_rows) + s.num_merge_rows - 1) / s.num_merge_rows)
+             : 0;
+}
 
 // Byte ranges (offsets from the workspace start, in order) that hold what run() reads of a
 // plan: the header, request arrays and items, then the used parts of the merge arrays (none when

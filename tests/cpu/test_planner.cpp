@@ -161,6 +161,22 @@ void check_plan(Planned& p, const std::vector<std::int32_t>& q, const std::vecto
     ASSERT_LT(key(prev), key(it)) << "items " << i - 1 << " and " << i << " out of tile order";
   }
 
+  // Partial rows are numbered in item order, and each merge row lists its partials in KV
+  // order (the merge's order, which determinism rests on): the chunk's first key per partial row.
+  std::vector<int> prow_kv(static_cast<std::size_t>(h.num_partial_rows), -1);
+  int last_prow = -1;
+  for (int i = 0; i < h.num_items; ++i) {
+    const plan::WorkItem& it = v.items[i];
+    if (it.partial_row == plan::kDirect) continue;
+    ASSERT_GE(it.partial_row, last_prow) << "item " << i << ": partial rows not numbered in item order";
+    last_prow = it.partial_row;
+    for (int r = it.q_begin; r < it.q_end; ++r) prow_kv[static_cast<std::size_t>(it.partial_row + r - it.q_begin)] = it.kv_begin;
+  }
+  for (int m = 0; m < h.num_merge_rows; ++m)
+    for (int e = v.merge_indptr[m] + 1; e < v.merge_indptr[m + 1]; ++e)
+      ASSERT_LT(prow_kv[static_cast<std::size_t>(v.merge_partial[e - 1])], prow_kv[static_cast<std::size_t>(v.merge_partial[e])])
+          << "merge row " << m << ": partials not in KV order";
+
   std::vector<int> merged(static_cast<std::size_t>(total_q), -1);
   for (int m = 0; m < h.num_merge_rows; ++m) {
     const int row = v.merge_row[m];

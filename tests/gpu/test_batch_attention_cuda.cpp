@@ -25,6 +25,7 @@
 
 #include "cpu/reference.h"
 #include "gpu/gpu_support.h"
+#include "cuda/batch/batch_args.h"
 #include "plan/batch_plan.h"
 #include "support/test_support.h"
 #include "tessera/batch.h"
@@ -317,11 +318,14 @@ MergeShape merge_shape(const Problem& pr, int max_requests = 0, int max_q_tokens
   const plan::WorkspaceLayout layout = plan::workspace_layout(plan::make_plan_config(c, facts), ws.bytes);
   plan::PlanHeader h;
   std::memcpy(&h, static_cast<const unsigned char*>(ws.data()) + layout.header, sizeof h);
+  plan::PlanSummary summary;
+  summary.num_merge_rows = h.num_merge_rows;
+  summary.num_partial_rows = h.num_partial_rows;
   MergeShape m;
   m.rows = h.num_merge_rows;
-  m.fan_in = m.rows > 0 ? (h.num_partial_rows + m.rows - 1) / m.rows : 0;
-  m.fan_in_kernel = m.fan_in > 16 && static_cast<long long>(m.rows) * s.heads_q * (s.head_dim / 8) <=
-                                         256LL * facts.num_sms;
+  m.fan_in = plan::mean_merge_fan_in(summary);
+  // The launcher's own rule (one definition), so the expectation cannot drift from it.
+  m.fan_in_kernel = cuda::batch::merge_uses_fan_in_kernel(m.rows, m.fan_in, s.heads_q, s.head_dim, facts.num_sms);
   return m;
 }
 
@@ -590,8 +594,10 @@ TEST(BatchCuda, MergeShapeDoesNotChangeTheResult) {
 
 // A mixed batch with more units than one classification round of every persistent CTA
 // (> 128 x grid): thousands of short decode requests interleaved with prefill chunks, so that
-// the fused launch's forward and backward walkers cross several rounds and both shapes, in
-// an order where the kinds alternate (the planner keeps request order).
+// the fused launch's forward and backward walkers cross several rounds and both shapes. Since
+// plan version 2 the prefill-shaped items come first, so a CTA owning both kinds switches shape
+// once: forward walkers from prefill to decode, backward walkers from decode to prefill (before
+// version 2 the kinds alternated in request order).
 TEST(BatchCuda, ManyUnitsPerCtaBothShapes) {
   std::mt19937_64 lens(11);
   Spec s = spec(DType::bf16, 16, 16, 64, 16, KVLayout::NHD, opts(true));  // 16 units per request

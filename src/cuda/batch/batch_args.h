@@ -65,6 +65,18 @@ inline constexpr int kDecodeMaxRows = plan::kDecodeMaxVectors;
 template <typename T, int kHeadDim, int kKind>
 void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream);
 
+// Which merge kernel launch_merge runs (merge_kernel.cu), from the plan's host summary: the
+// fan-in kernel when the split rows carry more than kMergeFanInThreshold partials on average
+// (plan::mean_merge_fan_in) AND the rows kernel would not have one block of kMergeRowsThreads
+// per SM (merge_rows x heads_q x head_dim / 8 threads); the rows kernel otherwise. One
+// definition for the launcher and the tests that assert which kernel a plan takes.
+inline constexpr int kMergeFanInThreshold = 16;
+inline constexpr int kMergeRowsThreads = 256;
+inline bool merge_uses_fan_in_kernel(int merge_rows, int merge_fan_in, int heads_q, int head_dim, int num_sms) {
+  return merge_fan_in > kMergeFanInThreshold &&
+         static_cast<long long>(merge_rows) * heads_q * (head_dim / 8) <= static_cast<long long>(kMergeRowsThreads) * num_sms;
+}
+
 // The merge of split rows (merge_kernel.cu); max_rows = capacity of merge rows. programmatic:
 // launch as a programmatic dependent of the kernel before it on the stream (sm_90, whose
 // attention kernels trigger their dependents at their start). merge_rows / merge_fan_in: the

@@ -95,7 +95,7 @@ __device__ __forceinline__ float merge_lse(float max, float sum) {
 
 // ---- merge_rows_kernel: one thread per (merge row, query head, 8 values) (main's). ----
 
-constexpr int kRowsThreads = 256;
+constexpr int kRowsThreads = kMergeRowsThreads;
 constexpr int kBatch = 8;  // partials whose loads are in flight together
 
 template <typename T>
@@ -199,10 +199,14 @@ __global__ void __launch_bounds__(kFanInThreads, 4) merge_fan_in_kernel(const __
   const long long total = static_cast<long long>(a.header->num_merge_rows) * per_row;
   MergeSlot s = merge_slot(w, per_row, per_head);
   const int m0 = min(s.m, max_rows - 1);
-  int e0 = a.merge_indptr[m0], e1 = a.merge_indptr[m0 + 1];
-  long long token = a.merge_row[m0];
+  int e0 = 0, e1 = 0;
+  long long token = 0;
   int prow = 0;  // lane i: partial row of entry e + i of the current round
-  if (w < total && lane < e1 - e0) prow = a.merge_partial[e0 + lane];
+  if (w < total) {  // a slot past the plan's rows reads nothing (plan() copies only its rows)
+    e0 = a.merge_indptr[m0], e1 = a.merge_indptr[m0 + 1];
+    token = a.merge_row[m0];
+    if (lane < e1 - e0) prow = a.merge_partial[e0 + lane];
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // no-op unless launched as a dependent
 #endif
@@ -263,9 +267,6 @@ __global__ void __launch_bounds__(kFanInThreads, 4) merge_fan_in_kernel(const __
 
 // ---- Launch. ----
 
-// Mean partials per split row above which, on few rows, the fan-in kernel runs.
-constexpr int kFanInThreshold = 16;
-
 // Only where the code that runs is sm_90 code: the attention kernel's trigger and the merge's
 // wait exist only there (an sm_80 binary on a Hopper device launches plainly). Both kernels
 // come from this translation unit, so one query answers for both.
@@ -312,9 +313,7 @@ void launch_merge(const BatchArgs& args, bool bf16, int head_dim, int max_rows, 
   // +1.6 %. 16: up to 16 partials main's kernel needs at most two rounds of 8 loads in flight;
   // fan-ins between 8 and 33 were not measured, and the cut errs towards main's kernel. Many
   // rows (a long prefill chunk split many ways) already fill the device with main's kernel.
-  const bool fan_in = merge_fan_in > kFanInThreshold &&
-                      static_cast<long long>(merge_rows) * args.heads_q * (head_dim / 8) <=
-                          static_cast<long long>(kRowsThreads) * num_sms;
+  const bool fan_in = merge_uses_fan_in_kernel(merge_rows, merge_fan_in, args.heads_q, head_dim, num_sms);
   if (fan_in) {
     // Grid capped at one wave (4 blocks per SM by the launch bounds), as measured (d9c11bd).
     const long long capacity = static_cast<long long>(max_rows) * args.heads_q * head_dim;
