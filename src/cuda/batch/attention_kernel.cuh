@@ -109,7 +109,8 @@ struct Smem {
 
 // Issues the cp.async copies of one K and one V tile whose row addresses are in smem: per token
 // {K row address | 1, V row address} (bit 0 marks a token of the item: rows are 16-byte
-// aligned), or the cache bases for a row past the item's keys (zero-filled, nothing read). One
+// aligned, as launch.cu's batch_attention_supported requires of the cache bases and strides),
+// or the cache bases for a row past the item's keys (zero-filled, nothing read). One
 // 16-byte shared load per row; the addresses were computed once per token (store_row_addresses),
 // not once per 16-byte chunk: the copies of a decode tile cost as many instructions as its math
 // otherwise (docs/perf/mixed_batch.md).
