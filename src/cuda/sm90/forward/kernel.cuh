@@ -35,6 +35,7 @@
 #include "cuda/primitives/sm90/setmaxnreg.cuh"
 #include "cuda/primitives/sm90/tma.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
+#include "cuda/sm90/common/kv_tile_schedule.cuh"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/kernel_traits.cuh"
 #include "math/mask.h"
@@ -543,65 +544,27 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
 
     mbarrier_wait_parity(q_full(qb), (q_round / QB) & 1);
     if (tc.n_tiles > 0) {
-      mbarrier_wait_parity(k_full(it % S), (it / S) & 1);
-      take_turn();
-      issue_qk(it % S);
-      pass_turn();
-      wgmma_wait<0>();
-      wgmma_fence_operand(s_flat);
-      release_stage(k_empty(it % S), lane);
-      weights(0);  // O is still zero: no rescale
-      pack();
-      for (int i = 1; i < tc.n_tiles; ++i) {
-        const int prev = it % S;
-        ++it;
-        const int stage = it % S;
-        mbarrier_wait_parity(k_full(stage), (it / S) & 1);
-        mbarrier_wait_parity(pv_full(prev), ((it - 1) / S) & 1);
-        if constexpr (Tr::kSerialGemms) {
-          // P_{i-1} V_{i-1} completes before S_i is issued: at most O + P or S are in flight at
-          // once, not O + P + S (see kSerialGemms).
-          take_turn();
-          issue_pv(prev);
-          wgmma_wait<0>();
-          wgmma_fence_operand(o_flat);
-          release_stage(pv_empty(prev), lane);
-          issue_qk(stage);
-          pass_turn();
-          wgmma_wait<0>();
-          wgmma_fence_operand(s_flat);
-          release_stage(k_empty(stage), lane);
-          weights(i);
-        } else {
-          take_turn();
-          issue_qk(stage);
-          issue_pv(prev);
-          pass_turn();
-          wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
-          wgmma_fence_operand(s_flat);
-          release_stage(k_empty(stage), lane);
-          weights(i);
-          // Keeps the wait below after the softmax (see the function). Not for FP8: there the
-          // pinned order measured 8 % slower at d128 16k and 4 % at 1k (A/B on the H200, sixth
-          // session); FP8's P V is half the tensor time of bf16's, so waiting for it first costs
-          // little, and the pinned softmax evidently delayed the next turn.
-          if constexpr (!kFp8) end_softmax_block(rows);
-          wgmma_wait<0>();
-          wgmma_fence_operand(o_flat);
-          release_stage(pv_empty(prev), lane);
-        }
-        rescale_rows<D, false>(o, alpha);
-        pack();
-      }
-      const int last = it % S;
-      mbarrier_wait_parity(pv_full(last), (it / S) & 1);
-      take_turn();
-      issue_pv(last);
-      pass_turn();
-      wgmma_wait<0>();
-      wgmma_fence_operand(o_flat);
-      release_stage(pv_empty(last), lane);
-      ++it;
+      // The schedule (kv_tile_schedule.cuh): the pinned softmax (end_softmax_block) only for
+      // bf16 / fp16: for FP8 the pinned order measured 8 % slower at d128 16k and 4 % at 1k
+      // (A/B on the H200, sixth session); FP8's P V is half the tensor time of bf16's, so
+      // waiting for it first costs little, and the pinned softmax evidently delayed the next turn.
+      TileOps ops{take_turn,
+                  pass_turn,
+                  issue_qk,
+                  issue_pv,
+                  [&] { wgmma_fence_operand(s_flat); },
+                  [&] { wgmma_fence_operand(o_flat); },
+                  weights,
+                  [&] {
+                    if constexpr (!kFp8) end_softmax_block(rows);
+                  },
+                  [&] { rescale_rows<D, false>(o, alpha); },
+                  pack,
+                  [&](int stage) { release_stage(k_empty(stage), lane); },
+                  [&](int stage) { release_stage(pv_empty(stage), lane); },
+                  k_full,
+                  pv_full};
+      run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops);
     }
 
     // ---- epilogue: normalise, stage the warpgroup's 64 rows in its own rows of the Q buffer
