@@ -231,7 +231,8 @@ void merge_row(const BatchRunParams& p, const plan::PlanView& plan, int m, std::
       merger.add(plan.partial_lse[prow * p.heads_q + head], &scale_old, &weight_new);
       if (weight_new == 0.0f) continue;  // empty partial: its O is 0 and changes nothing
       const float* po = plan.partial_o + (prow * p.heads_q + head) * D;
-      for (int d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] = acc[static_cast<std::size_t>(d)] * scale_old + weight_new * po[d];
+      for (int d = 0; d < D; ++d)
+        acc[static_cast<std::size_t>(d)] = math::lse_merge_acc(acc[static_cast<std::size_t>(d)], scale_old, weight_new, po[d]);
     }
     const float scale = merger.output_scale();
     const std::int64_t base = p.o.offset(0, token, head);

@@ -26,7 +26,7 @@ void merge_states(const MergeParams& p) {
         if (lse == -INFINITY) continue;
         const std::int64_t base = s * p.o_state_stride + t * p.o_token_stride + h * p.o_head_stride;
         for (int d = 0; d < p.head_dim; ++d)
-          acc[d] = acc[d] * scale_old + weight_new * math::load_as_float(p.o_states, base + d, p.dtype);
+          acc[d] = math::lse_merge_acc(acc[d], scale_old, weight_new, math::load_as_float(p.o_states, base + d, p.dtype));
       }
       const float inv = merger.output_scale();
       const std::int64_t ob = t * p.out_token_stride + h * p.out_head_stride;

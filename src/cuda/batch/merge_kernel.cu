@@ -18,19 +18,10 @@
 // Same bits from both (include/tessera/batch.h: with disabled / fixed split a request's
 // output does not depend on the batch it runs in, and the batch decides the kernel). Every
 // output element goes through the same scalar operations in the same order in both kernels:
-//   per partial i, in KV order, with the running (max, sum) before it:
-//     m_new  = fmaxf(max, lse_i)
-//     scale  = lse_i == -inf ? 1 : (max == -inf ? 0 : expf(__fsub_rn(max, m_new)))
-//     weight = lse_i == -inf ? 0 : expf(__fsub_rn(lse_i, m_new))
-//     sum    = __fmaf_rn(sum, scale, weight)          (an empty partial: sum * 1 + 0 = sum)
-//     acc    = weight == 0 ? acc : __fmaf_rn(weight, x_i, __fmul_rn(acc, scale))
-//     max    = m_new
-//   out = pack2(__fmul_rn(acc, sum > 0 ? __frcp_rn(sum) : 0)),  lse = sum > 0 ? __fadd_rn(max, logf(sum)) : -inf
-// written once (merge_weights / merge_sum / merge_acc / merge_out_scale / merge_lse below) and
-// called by both kernels. Every operation is an explicitly rounded intrinsic or a libdevice call
-// (expf, logf) on identical inputs in one translation unit with one set of flags, so no
-// contraction or reassociation choice of the compiler can differ between the two (a plain
-// `acc * s + w * x` may become fma(acc, s, w * x) in one kernel and fma(w, x, acc * s) in the
+// math/lse_merge.h's step (lse_merge_weights / _sum / _acc / _out_scale / _lse), which the CPU
+// executor runs too, written there with explicitly rounded operations on the device so that no
+// contraction or reassociation choice of the compiler can differ between the two kernels (a
+// plain `acc * s + w * x` may become fma(acc, s, w * x) in one and fma(w, x, acc * s) in the
 // other). The only step computed differently is the running max: the rows kernel folds
 // fmaxf sequentially, the fan-in kernel takes prefix maxima over the lanes by shuffles (lane
 // i gets max(max_before_round, lse_0..lse_i) for m_new, lane i - 1's for the max before it).
@@ -58,40 +49,19 @@
 #include "cuda/batch/batch_args.h"
 #include "cuda/common/check.h"
 #include "cuda/common/types.cuh"
+#include "math/lse_merge.h"
 
 namespace tessera::cuda::batch {
 namespace {
 
 // ---- The per-element arithmetic shared by both kernels (see the top of the file). ----
 
-// What LseMerger::add gives for a partial of LSE `lse`, with the running max before it
-// (m_prev) and after it (m_new = fmaxf(m_prev, lse)).
-__device__ __forceinline__ void merge_weights(float lse, float m_prev, float m_new, float* scale_old,
-                                              float* weight_new) {
-  if (lse == -INFINITY) {  // empty partial: nothing changes
-    *scale_old = 1.0f;
-    *weight_new = 0.0f;
-    return;
-  }
-  *scale_old = m_prev == -INFINITY ? 0.0f : expf(__fsub_rn(m_prev, m_new));
-  *weight_new = expf(__fsub_rn(lse, m_new));
-}
-__device__ __forceinline__ float merge_sum(float sum, float scale_old, float weight_new) {
-  return __fmaf_rn(sum, scale_old, weight_new);
-}
-// A partial of weight 0 (empty, or so far below the max that expf underflows; scale_old is
-// then 1) leaves acc as it is, as the CPU executor's skip does (its O may be anything when
-// empty). Both kernels select the same way. A select, not a
-// branch: the explicitly rounded operations are not speculated by the compiler, and a branch per
-// partial in the fan-in kernel's unrolled round cost it 14 registers and spills.
-__device__ __forceinline__ float merge_acc(float acc, float scale_old, float weight_new, float x) {
-  const float next = __fmaf_rn(weight_new, x, __fmul_rn(acc, scale_old));
-  return weight_new == 0.0f ? acc : next;
-}
-__device__ __forceinline__ float merge_out_scale(float sum) { return sum > 0.0f ? __frcp_rn(sum) : 0.0f; }
-__device__ __forceinline__ float merge_lse(float max, float sum) {
-  return sum > 0.0f ? __fadd_rn(max, logf(sum)) : -INFINITY;
-}
+// The per-element arithmetic of both kernels is math/lse_merge.h's (the top of the file).
+using math::lse_merge_acc;
+using math::lse_merge_lse;
+using math::lse_merge_out_scale;
+using math::lse_merge_sum;
+using math::lse_merge_weights;
 
 // ---- merge_rows_kernel: one thread per (merge row, query head, 8 values) (main's). ----
 
@@ -138,15 +108,15 @@ __global__ void __launch_bounds__(kRowsThreads) merge_rows_kernel(const __grid_c
         if (i >= n) break;
         const float m_new = fmaxf(mx, lse[i]);
         float scale_old, weight_new;
-        merge_weights(lse[i], mx, m_new, &scale_old, &weight_new);
-        sum = merge_sum(sum, scale_old, weight_new);
+        lse_merge_weights(lse[i], mx, m_new, &scale_old, &weight_new);
+        sum = lse_merge_sum(sum, scale_old, weight_new);
         mx = m_new;
         const float x[8] = {x0[i].x, x0[i].y, x0[i].z, x0[i].w, x1[i].x, x1[i].y, x1[i].z, x1[i].w};
 #pragma unroll
-        for (int d = 0; d < 8; ++d) acc[d] = merge_acc(acc[d], scale_old, weight_new, x[d]);
+        for (int d = 0; d < 8; ++d) acc[d] = lse_merge_acc(acc[d], scale_old, weight_new, x[d]);
       }
     }
-    const float sc = merge_out_scale(sum);
+    const float sc = lse_merge_out_scale(sum);
     const long long token = a.merge_row[m];
     uint4 v;
     v.x = cuda::Traits<T>::pack2(__fmul_rn(acc[0], sc), __fmul_rn(acc[1], sc));
@@ -155,7 +125,7 @@ __global__ void __launch_bounds__(kRowsThreads) merge_rows_kernel(const __grid_c
     v.w = cuda::Traits<T>::pack2(__fmul_rn(acc[6], sc), __fmul_rn(acc[7], sc));
     T* dst = static_cast<T*>(a.o) + token * a.o_row + static_cast<long long>(h) * a.o_head + 8 * c;
     *reinterpret_cast<uint4*>(dst) = v;
-    if (c == 0 && a.lse != nullptr) a.lse[static_cast<long long>(h) * a.lse_head + token] = merge_lse(mx, sum);
+    if (c == 0 && a.lse != nullptr) a.lse[static_cast<long long>(h) * a.lse_head + token] = lse_merge_lse(mx, sum);
   }
 }
 
@@ -245,23 +215,23 @@ __global__ void __launch_bounds__(kFanInThreads, 4) merge_fan_in_kernel(const __
       float m_prev = __shfl_up_sync(0xffffffffu, m_incl, 1);
       if (lane == 0) m_prev = mx;
       float scale_lane, weight_lane;  // lanes past n hold lse = -inf: scale 1, weight 0
-      merge_weights(lse, m_prev, m_incl, &scale_lane, &weight_lane);
+      lse_merge_weights(lse, m_prev, m_incl, &scale_lane, &weight_lane);
       mx = __shfl_sync(0xffffffffu, m_incl, 31);  // lanes past n hold -inf: no change
 #pragma unroll
       for (int i = 0; i < kRound; ++i) {
         if (i >= n) break;
         const float scale_old = __shfl_sync(0xffffffffu, scale_lane, i);
         const float weight_new = __shfl_sync(0xffffffffu, weight_lane, i);
-        sum = merge_sum(sum, scale_old, weight_new);
-        acc = merge_acc(acc, scale_old, weight_new, x[i]);
+        sum = lse_merge_sum(sum, scale_old, weight_new);
+        acc = lse_merge_acc(acc, scale_old, weight_new, x[i]);
       }
     }
-    const float sc = merge_out_scale(sum);
+    const float sc = lse_merge_out_scale(sum);
     T* dst = static_cast<T*>(a.o) + token * a.o_row + static_cast<long long>(s.h) * a.o_head + s.p;
     // Two neighbouring values per store (lane pairs; per_head is even): 4-byte stores.
     const float mine = __fmul_rn(acc, sc), next = __shfl_down_sync(0xffffffffu, mine, 1);
     if ((s.p & 1) == 0) *reinterpret_cast<std::uint32_t*>(dst) = cuda::Traits<T>::pack2(mine, next);
-    if (s.p == 0 && a.lse != nullptr) a.lse[static_cast<long long>(s.h) * a.lse_head + token] = merge_lse(mx, sum);
+    if (s.p == 0 && a.lse != nullptr) a.lse[static_cast<long long>(s.h) * a.lse_head + token] = lse_merge_lse(mx, sum);
   }
 }
 

@@ -11,30 +11,42 @@
 #include <cstdint>
 
 #include "cuda/primitives/sm90/mbarrier.cuh"
+#include "math/online_softmax.h"
 #include "cuda/primitives/sm90/wgmma.cuh"
 
 namespace tessera::cuda::sm90 {
+
+// Pins the softmax of a K/V tile above the wait for the previous tile's P V product. Without it
+// ptxas hoists that wgmma.wait_group 0 (WARPGROUP.DEPBAR) to the top of the softmax's basic
+// block, before the row max, so the warpgroup waited for its P V before any of its softmax ran
+// and the intra-warpgroup overlap described at the top of this file did not happen in SASS (seen
+// in every bf16 / fp16 / fp8 instance of main at c560264). A branch on the softmax's result ends the
+// block: the row sums are >= 0 (sums of exp2 values, the old sum times alpha in [0, 1]) or NaN,
+// so it is never taken, and its body (a nanosleep) would change no value if it were; the cost
+// is ~4 instructions per tile. The body must not leave the kernel: with __trap() ptxas saw an
+// exit while wgmmas were in flight and serialized every wgmma (C7512, 1.6 KB of spills at
+// d128 x 176).
+__device__ __forceinline__ void end_softmax_block(const math::OnlineSoftmaxRow (&rows)[2]) {
+  if (fminf(rows[0].l, rows[1].l) < 0.0f) asm volatile("nanosleep.u32 1;" ::: "memory");
+}
 
 // The per-tile operations a kernel supplies (each a callable, inlined):
 //   take_turn(), pass_turn()    the pingpong turn at the tensor cores
 //   issue_qk(stage)             S = Q K^T of the K tile in `stage` (fence, wgmmas, commit)
 //   issue_pv(stage)             O += P V of the V tile in `stage`
-//   s_landed(), o_landed()      wgmma_fence_operand of the S / O accumulators after a wait
 //   weights(i)                  mask + online softmax of tile i's S (into weights, alpha)
 //   pin()                       keeps the softmax above the next wait (end_softmax_block), or nothing
 //   rescale()                   O *= alpha
 //   pack()                      P = the weights as the A fragments of P V
 //   release_k(stage), release_v(stage)   give a ring stage back to the producer
 //   k_full(stage), pv_full(stage)        the barriers that say a K tile / a P V operand is ready
-template <class TakeTurn, class PassTurn, class IssueQK, class IssuePV, class SLanded, class OLanded, class Weights,
-          class Pin, class Rescale, class Pack, class ReleaseK, class ReleaseV, class KFull, class PvFull>
+template <class TakeTurn, class PassTurn, class IssueQK, class IssuePV, class Weights, class Pin, class Rescale,
+          class Pack, class ReleaseK, class ReleaseV, class KFull, class PvFull>
 struct TileOps {
   TakeTurn take_turn;
   PassTurn pass_turn;
   IssueQK issue_qk;
   IssuePV issue_pv;
-  SLanded s_landed;
-  OLanded o_landed;
   Weights weights;
   Pin pin;
   Rescale rescale;
@@ -49,15 +61,15 @@ TileOps(F...) -> TileOps<F...>;
 
 // Runs tiles 0 .. n_tiles - 1 (n_tiles > 0) from ring position `it` (K/V tiles consumed so
 // far; advanced by n_tiles). Tile i's K and V are in stage (it + i) % S, with phase
-// ((it + i) / S) & 1.
-template <int S, bool kSerialGemms, class Ops>
-__device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op) {
+// ((it + i) / S) & 1. s and o: the S and O accumulators of the wgmmas (fenced after each wait).
+template <int S, bool kSerialGemms, class Ops, int kS, int kO>
+__device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, float (&s)[kS], float (&o)[kO]) {
   mbarrier_wait_parity(op.k_full(it % S), (it / S) & 1);
   op.take_turn();
   op.issue_qk(it % S);
   op.pass_turn();
   wgmma_wait<0>();
-  op.s_landed();
+  wgmma_fence_operand(s);
   op.release_k(it % S);
   op.weights(0);  // O is still zero: no rescale
   op.pack();
@@ -73,12 +85,12 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op) {
       op.take_turn();
       op.issue_pv(prev);
       wgmma_wait<0>();
-      op.o_landed();
+      wgmma_fence_operand(o);
       op.release_v(prev);
       op.issue_qk(stage);
       op.pass_turn();
       wgmma_wait<0>();
-      op.s_landed();
+      wgmma_fence_operand(s);
       op.release_k(stage);
       op.weights(i);
     } else {
@@ -87,12 +99,12 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op) {
       op.issue_pv(prev);
       op.pass_turn();
       wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
-      op.s_landed();
+      wgmma_fence_operand(s);
       op.release_k(stage);
       op.weights(i);
       op.pin();
       wgmma_wait<0>();
-      op.o_landed();
+      wgmma_fence_operand(o);
       op.release_v(prev);
     }
     op.rescale();
@@ -104,7 +116,7 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op) {
   op.issue_pv(last);
   op.pass_turn();
   wgmma_wait<0>();
-  op.o_landed();
+  wgmma_fence_operand(o);
   op.release_v(last);
   ++it;
 }

@@ -75,20 +75,6 @@ __device__ __forceinline__ void release_stage(std::uint32_t bar, int lane) {
   if (lane == 0) mbarrier_arrive(bar);
 }
 
-// Pins the softmax of a K/V tile above the wait for the previous tile's P V product. Without it
-// ptxas hoists that wgmma.wait_group 0 (WARPGROUP.DEPBAR) to the top of the softmax's basic
-// block, before the row max, so the warpgroup waited for its P V before any of its softmax ran
-// and the intra-warpgroup overlap described at the top of this file did not happen in SASS (seen
-// in every bf16 / fp16 / fp8 instance of main at c560264). A branch on the softmax's result ends the
-// block: the row sums are >= 0 (sums of exp2 values, the old sum times alpha in [0, 1]) or NaN,
-// so it is never taken, and its body (a nanosleep) would change no value if it were; the cost
-// is ~4 instructions per tile. The body must not leave the kernel: with __trap() ptxas saw an
-// exit while wgmmas were in flight and serialized every wgmma (C7512, 1.6 KB of spills at
-// d128 x 176).
-__device__ __forceinline__ void end_softmax_block(const math::OnlineSoftmaxRow (&rows)[2]) {
-  if (fminf(rows[0].l, rows[1].l) < 0.0f) asm volatile("nanosleep.u32 1;" ::: "memory");
-}
-
 // ---- FP8 pieces ----
 // P (fp32 weights, already scaled into e4m3 range) -> the A fragments of the k32 P V steps.
 // A thread holds, per 8-key n-tile j, keys 8j + 2q and 8j + 2q + 1 of its two rows; the k32
@@ -552,8 +538,6 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
                   pass_turn,
                   issue_qk,
                   issue_pv,
-                  [&] { wgmma_fence_operand(s_flat); },
-                  [&] { wgmma_fence_operand(o_flat); },
                   weights,
                   [&] {
                     if constexpr (!kFp8) end_softmax_block(rows);
@@ -564,7 +548,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
                   [&](int stage) { release_stage(pv_empty(stage), lane); },
                   k_full,
                   pv_full};
-      run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops);
+      run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops, s_flat, o_flat);
     }
 
     // ---- epilogue: normalise, stage the warpgroup's 64 rows in its own rows of the Q buffer
