@@ -96,10 +96,10 @@ struct Smem {
   __device__ __forceinline__ std::uint32_t v(int stage) const {
     return smem_u32(base + Tr::kOffStages + stage * Tr::kStageBytes + Tr::kTileBytes);
   }
-  __device__ __forceinline__ std::int64_t* koff(int stage) const {
-    return reinterpret_cast<std::int64_t*>(base + Tr::kOffKvOff) + stage * 2 * Tr::kBlockN;
+  // Source addresses of the K and V rows of each token of a stage (see load_kv_tile).
+  __device__ __forceinline__ ulonglong2* rows(int stage) const {
+    return reinterpret_cast<ulonglong2*>(base + Tr::kOffRowAddrs) + stage * Tr::kBlockN;
   }
-  __device__ __forceinline__ std::int64_t* voff(int stage) const { return koff(stage) + Tr::kBlockN; }
   __device__ __forceinline__ float* red() const { return reinterpret_cast<float*>(base + Tr::kOffRed); }
   __device__ __forceinline__ float* stat_m() const { return reinterpret_cast<float*>(base + Tr::kOffStats); }
   __device__ __forceinline__ float* stat_l() const { return stat_m() + Tr::kKG * Tr::kRows; }
@@ -107,24 +107,30 @@ struct Smem {
   __device__ __forceinline__ float* fin_lse() const { return fin_scale() + Tr::kRows; }
 };
 
-// Issues the cp.async copies of one K and one V tile whose row offsets are in smem.
-template <typename Tr, typename T>
-__device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, const T* k, const T* v, int tid) {
+// Issues the cp.async copies of one K and one V tile whose row addresses are in smem: per token
+// {K row address | 1, V row address} (bit 0 marks a token of the item: rows are 16-byte
+// aligned, as launch.cu's batch_attention_supported requires of the cache bases and strides),
+// or the cache bases for a row past the item's keys (zero-filled, nothing read). One
+// 16-byte shared load per row; the addresses were computed once per token (store_row_addresses),
+// not once per 16-byte chunk: the copies of a decode tile cost as many instructions as its math
+// otherwise (docs/perf/mixed_batch.md).
+template <typename Tr>
+__device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, int tid) {
   constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
   constexpr int kPerThread = Tr::kBlockN / kRowStep;
   const int c = tid % Tr::kChunks;
   const int r0 = tid / Tr::kChunks;
-  const std::int64_t* koff = sm.koff(stage);
-  const std::int64_t* voff = sm.voff(stage);
+  const ulonglong2* rows = sm.rows(stage);
   const std::uint32_t sk = sm.k(stage), sv = sm.v(stage);
+  const unsigned long long chunk_bytes = 16u * static_cast<unsigned>(c);
 #pragma unroll
   for (int it = 0; it < kPerThread; ++it) {
     const int r = r0 + it * kRowStep;
-    const std::int64_t ko = koff[r], vo = voff[r];
-    const bool valid = ko >= 0;
+    const ulonglong2 a = rows[r];
+    const bool valid = (a.x & 1ull) != 0;
     const std::uint32_t dst = 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r, c));
-    cp_async_16_zfill(sk + dst, valid ? k + ko + c * 8 : k, valid);
-    cp_async_16_zfill(sv + dst, valid ? v + vo + c * 8 : v, valid);
+    cp_async_16_zfill(sk + dst, reinterpret_cast<const void*>((a.x & ~1ull) + chunk_bytes), valid);
+    cp_async_16_zfill(sv + dst, reinterpret_cast<const void*>(a.y + chunk_bytes), valid);
   }
 }
 
@@ -290,18 +296,23 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   const std::int64_t v_head_off = static_cast<std::int64_t>(it.kv_head) * a.v_head;
   const int page_size = a.page_size;
 
-  // Offsets of token j (request-relative) into smem slot `stage`, row t.
-  auto store_offsets = [&](int stage, int t, int j, int page) {
-    std::int64_t ko = -1, vo = -1;
+  // Row addresses of token j (request-relative) into smem slot `stage`, row t (load_kv_tile).
+  // Power-of-two pages (the usual case) take a shift and a mask instead of a division.
+  const int page_shift = a.page_shift;
+  auto page_of = [&](int j) { return page_shift >= 0 ? j >> page_shift : j / page_size; };
+  auto store_row_addresses = [&](int stage, int t, int j, int page) {
+    unsigned long long ka = reinterpret_cast<unsigned long long>(kp), va = reinterpret_cast<unsigned long long>(vp);
     if (j < kv_end) {
-      const std::int64_t slot = j - (j / page_size) * page_size;
-      ko = static_cast<std::int64_t>(page) * a.k_page + slot * a.k_token + k_head_off;
-      vo = static_cast<std::int64_t>(page) * a.v_page + slot * a.v_token + v_head_off;
+      const std::int64_t slot = page_shift >= 0 ? (j & (page_size - 1)) : j - (j / page_size) * page_size;
+      ka = reinterpret_cast<unsigned long long>(kp + (static_cast<std::int64_t>(page) * a.k_page + slot * a.k_token +
+                                                       k_head_off)) |
+           1ull;
+      va = reinterpret_cast<unsigned long long>(vp + (static_cast<std::int64_t>(page) * a.v_page + slot * a.v_token +
+                                                       v_head_off));
     }
-    sm.koff(stage)[t] = ko;
-    sm.voff(stage)[t] = vo;
+    sm.rows(stage)[t] = make_ulonglong2(ka, va);
   };
-  auto fetch_page = [&](int j) { return j < kv_end ? __ldg(pages + j / page_size) : 0; };
+  auto fetch_page = [&](int j) { return j < kv_end ? __ldg(pages + page_of(j)) : 0; };
 
   // Prologue 1: page lookups of tiles 0 .. S-1 (one per token), Q (cp.async, own group).
   // Loops with compile-time trip counts, not unrolled: no per-thread trip counts hoisted to
@@ -313,7 +324,7 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
     if ((S * BN) % Tr::kThreads != 0 && idx >= S * BN) break;
     const int tile = idx / BN, t = idx % BN;
     const int j = kv_begin + tile * BN + t;
-    store_offsets(tile, t, j, fetch_page(j));
+    store_row_addresses(tile, t, j, fetch_page(j));
   }
   {
     const T* qp = static_cast<const T*>(a.q);
@@ -336,7 +347,7 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   // Prologue 2: tiles 0 .. S-2, one commit group each (Q joins tile 0's group).
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
-    if (st < n_tiles) load_kv_tile<Tr>(sm, st, kp, vp, tid);
+    if (st < n_tiles) load_kv_tile<Tr>(sm, st, tid);
     cp_async_commit();
   }
 
@@ -394,7 +405,7 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
     cp_async_wait<S - 2>();
     __syncthreads();  // tile n landed for all; everyone is done with tile n-1's stage
     const int st_issue = (n + S - 1) % S;
-    if (n + S - 1 < n_tiles) load_kv_tile<Tr>(sm, st_issue, kp, vp, tid);
+    if (n + S - 1 < n_tiles) load_kv_tile<Tr>(sm, st_issue, tid);
     cp_async_commit();
     // Page indices of tile n + S: in flight while this tile is computed.
     const int j_next = kv_begin + (n + S) * BN + tid;
@@ -435,7 +446,7 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
     }
 
     // Slot (n + S) % S = stage: tile n was issued long ago, its lookups are free.
-    if (tid < BN && n + S < n_tiles) store_offsets(stage, tid, j_next, page_next);
+    if (tid < BN && n + S < n_tiles) store_row_addresses(stage, tid, j_next, page_next);
   }
 
   // Epilogue. Every copy has landed (Q too when no tile was visited); Q and the stages become

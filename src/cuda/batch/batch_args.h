@@ -23,6 +23,7 @@ struct BatchArgs {
   std::int64_t k_page = 0, k_token = 0, k_head = 0;
   std::int64_t v_page = 0, v_token = 0, v_head = 0;
   int page_size = 1;
+  int page_shift = -1;  // log2(page_size) when it is a power of two (token -> page by a shift), else -1
   const std::int32_t* kv_indptr = nullptr;   // page table (device memory)
   const std::int32_t* kv_indices = nullptr;
 

@@ -16,7 +16,8 @@
 //
 // Shared memory (bytes):   Q [kRows][D] 16-bit, swizzled
 //                          stages x { K [kBlockN][D], V [kBlockN][D] } 16-bit, swizzled
-//                          stages x { k_off, v_off [kBlockN] int64 }  (page-table lookups)
+//                          stages x { K row address | 1, V row address } [kBlockN]  (page-table
+//                                   lookups, 16 bytes per token: load_kv_tile)
 //                          stats: m, l [KG][kRows]; fin: inv_l, lse [kRows]; unit list [128]
 // The fp32 reduction buffer of the epilogue, [KG][kRows][D + 8], aliases Q and the K/V stages
 // (both dead by then; at 128 vectors x d128 it is larger than the two stages alone).
@@ -54,14 +55,14 @@ struct Traits {
 
   static constexpr int kOffQ = 0;
   static constexpr int kOffStages = kQBytes;
-  static constexpr int kOffKvOff = kOffStages + kStages * kStageBytes;
-  static constexpr int kOffStats = kOffKvOff + kStages * kBlockN * 16;
+  static constexpr int kOffRowAddrs = kOffStages + kStages * kStageBytes;
+  static constexpr int kOffStats = kOffRowAddrs + kStages * kBlockN * 16;
   static constexpr int kOffFin = kOffStats + 2 * kKG * kRows * 4;
   static constexpr int kOffUnits = kOffFin + 2 * kRows * 4;
   static constexpr int kSmemBytes = kOffUnits + kThreads * 4;
 
   static constexpr int kOffRed = 0;  // the epilogue buffer: over Q and the stages
-  static_assert(kRedBytes <= kOffKvOff, "the epilogue buffer fits in Q and the K/V stages");
+  static_assert(kRedBytes <= kOffRowAddrs, "the epilogue buffer fits in Q and the K/V stages");
   static_assert(kMB >= 1 && kMB <= 2 && (kKG == 1 || kMB == 1), "one or two row blocks, prefill shape only");
   static_assert(kWarpN % 16 == 0, "P V k-steps of 16 keys");
   static_assert((kBlockN * kChunks) % kThreads == 0 && kThreads % kChunks == 0, "tile loads split evenly");

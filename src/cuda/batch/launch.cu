@@ -185,6 +185,7 @@ void batch_attention_run(const BatchRunParams& p) {
   a.k_page = p.cache.k_page, a.k_token = p.cache.k_token, a.k_head = p.cache.k_head;
   a.v_page = p.cache.v_page, a.v_token = p.cache.v_token, a.v_head = p.cache.v_head;
   a.page_size = p.cache.page_size;
+  a.page_shift = (a.page_size & (a.page_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(a.page_size)) : -1;
   a.kv_indptr = p.table.indptr;
   a.kv_indices = p.table.indices;
   a.header = v.header;
