@@ -3,6 +3,9 @@
 //   TESSERA_CUDA_BACKWARD = portable | portable-compact | portable-compact2
 //                           (the sm80 main kernel; the compact ones also force its compact
 //                           head_dim 128 layouts, see docs/TESTING.md)
+//   TESSERA_CUDA_BATCH    = sm90                                      (BatchAttention's prefill
+//                           units on the sm90 WGMMA kernel, head_dim 64 and 128 on compute capability
+//                           9.0; being brought up: docs/perf/batch_prefill_sm90.md)
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
 // a misspelt override must not silently run the default path.
@@ -20,6 +23,7 @@ namespace tessera::dispatch {
 
 enum class ForwardPath { automatic, portable };
 enum class BackwardPath { automatic, portable, portable_compact, portable_compact2 };
+enum class BatchPath { automatic, sm90 };
 
 [[noreturn]] inline void bad_path_override(const char* variable, const char* accepted, const char* value) {
   throw Error(ErrorCode::invalid_argument, variable,
@@ -41,7 +45,14 @@ inline BackwardPath parse_backward_path(const char* value) {
   bad_path_override("TESSERA_CUDA_BACKWARD", "'portable', 'portable-compact', 'portable-compact2'", value);
 }
 
+inline BatchPath parse_batch_path(const char* value) {
+  if (value == nullptr || *value == '\0') return BatchPath::automatic;
+  if (std::strcmp(value, "sm90") == 0) return BatchPath::sm90;
+  bad_path_override("TESSERA_CUDA_BATCH", "'sm90'", value);
+}
+
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
 inline BackwardPath backward_path_override() { return parse_backward_path(std::getenv("TESSERA_CUDA_BACKWARD")); }
+inline BatchPath batch_path_override() { return parse_batch_path(std::getenv("TESSERA_CUDA_BATCH")); }
 
 }  // namespace tessera::dispatch

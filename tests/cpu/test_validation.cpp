@@ -566,6 +566,16 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
     EXPECT_EQ(e.argument(), "TESSERA_CUDA_FORWARD");
     EXPECT_NE(std::string(e.what()).find("got 'portable-compact'"), std::string::npos) << e.what();
   }
+  EXPECT_EQ(dispatch::parse_batch_path(nullptr), dispatch::BatchPath::automatic);
+  EXPECT_EQ(dispatch::parse_batch_path(""), dispatch::BatchPath::automatic);
+  EXPECT_EQ(dispatch::parse_batch_path("sm90"), dispatch::BatchPath::sm90);
+  try {
+    dispatch::parse_batch_path("portable");
+    ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH=portable";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH");
+    EXPECT_NE(std::string(e.what()).find("'sm90', got 'portable'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

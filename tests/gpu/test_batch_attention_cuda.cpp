@@ -500,6 +500,34 @@ TEST(BatchCuda, TwoBlockItemsEdges) {
     }
 }
 
+// Prefill edges for the sm90 batch-prefill kernel (docs/perf/batch_prefill_sm90.md, step 1; it
+// runs under TESSERA_CUDA_BATCH=sm90 on compute capability 9.0, the CTest entry
+// gpu.test_batch_attention_cuda_sm90; elsewhere the default kernels face the same cases): odd
+// lengths, seq_q != seq_k both ways (q > kv under causal: fully masked rows), empty KV, items
+// whose keys start or end inside a 128-key tile (splits of 96 and 64 keys), soft cap, groups 1,
+// 3, 4, 5 and 256 (two units per row) at head_dim 128.
+TEST(BatchCuda, Sm90PrefillEdges) {
+  struct Layout { DType dt; int hq, hkv; };
+  const std::vector<Layout> layouts{{DType::bf16, 32, 8}, {DType::f16, 8, 8}, {DType::bf16, 24, 8},
+                                    {DType::bf16, 40, 8}, {DType::bf16, 256, 1}};
+  struct Mask { AttentionOptions o; SplitPolicy split; int page; KVLayout kv; };
+  const std::vector<Mask> masks{{opts(true), kOff, 16, KVLayout::NHD},
+                                {opts(true, 40, 0), fixed(96), 1, KVLayout::HND},
+                                {opts(false, -1, -1, 30.0f), kAuto, 256, KVLayout::NHD},
+                                {opts(true, -1, -1, 30.0f), fixed(64), 16, KVLayout::HND}};
+  for (std::size_t l = 0; l < layouts.size(); ++l)
+    for (std::size_t m = 0; m < masks.size(); ++m) {
+      if (layouts[l].hq == 256 && m % 2 == 1) continue;  // the 256-head layout twice (time)
+      Spec s = spec(layouts[l].dt, layouts[l].hq, layouts[l].hkv, 128, masks[m].page, masks[m].kv, masks[m].o,
+                    masks[m].split);
+      s.q_lens = {1023, 113, 17, 1, 113, 0, 17};
+      s.kv_lens = {1023, 1113, 16, 2000, 0, 50, 17};
+      if (layouts[l].hq == 256) s.q_lens = {113, 17, 1, 0}, s.kv_lens = {1113, 16, 2000, 50};
+      check(s);
+      if (HasFailure()) return;
+    }
+}
+
 // Groups larger than one unit: 256 query heads of one kv head at head_dim 128 and 128 at 256
 // give two units per query row (row_blocks 2), each a full set of rows.
 TEST(BatchCuda, GroupsOfSeveralUnits) {

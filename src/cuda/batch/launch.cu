@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/device_limits.h"
 #include "cuda/batch/batch_args.h"
@@ -17,10 +18,16 @@
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
 #include "cuda/common/device_scope.h"
+#include "dispatch/path_override.h"
+#if defined(TESSERA_HAS_SM90_KERNELS)
+#include "cuda/sm90/batch/batch_prefill_sm90.h"
+#endif
 #include "math/online_softmax.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda {
+static int compute_major(int device);  // below: compute capability major, cached
+
 namespace {
 
 constexpr const char* kSupport =
@@ -61,7 +68,7 @@ int smem_bytes_for(int head_dim) {
 }
 
 template <typename T, int D>
-void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms) {
+void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] bool sm90_prefill) {
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
   // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
   // plan() wrote: when that many rows x group fit the decode shape, every item is decode-shaped
@@ -71,6 +78,17 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // captured graphs stay valid across plans.
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  // Opt-in (TESSERA_CUDA_BATCH=sm90): the prefill-shaped units on the sm90 WGMMA kernel, then
+  // the decode-shaped ones on the decode-only instance (which skips the others); the decode
+  // launch follows the prefill kernel in stream order, and the merge depends on it.
+  if (sm90_prefill && max_item_vectors > batch::kDecodeMaxRows && sm90::batch_prefill_applicable(D) &&
+      compute_major(p.device.index) == 9) {
+    sm90::launch_batch_prefill(a, std::is_same_v<T, __nv_bfloat16>, D, max_units, num_sms, p.stream);
+    if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+    return;
+  }
+#endif
   if (max_item_vectors <= batch::kDecodeMaxRows) {
     batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
   } else if constexpr (D == 256) {
@@ -83,11 +101,11 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 }
 
 template <typename T>
-void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms) {
+void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, bool sm90_prefill) {
   switch (p.head_dim) {
-    case 64: return launch_instances<T, 64>(a, p, num_sms);
-    case 128: return launch_instances<T, 128>(a, p, num_sms);
-    case 256: return launch_instances<T, 256>(a, p, num_sms);
+    case 64: return launch_instances<T, 64>(a, p, num_sms, sm90_prefill);
+    case 128: return launch_instances<T, 128>(a, p, num_sms, sm90_prefill);
+    case 256: return launch_instances<T, 256>(a, p, num_sms, sm90_prefill);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -202,12 +220,14 @@ void batch_attention_run(const BatchRunParams& p) {
     throw Error(ErrorCode::unsupported, "workspace",
                 "batch attention on CUDA: expected fewer than 2^30 work units (max_items x row blocks), got " +
                     std::to_string(static_cast<long long>(p.layout.max_items) * a.row_blocks));
+  // Read on every run (a misspelt value fails here, whatever the shape), before any launch.
+  const bool sm90_prefill = dispatch::batch_path_override() == dispatch::BatchPath::sm90;
   DeviceScope scope(p.device.index);
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)
-    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms);
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, sm90_prefill);
   else if (p.dtype == DType::f16)
-    launch_for_head_dim<__half>(a, p, num_sms);
+    launch_for_head_dim<__half>(a, p, num_sms, sm90_prefill);
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));

@@ -36,4 +36,16 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Completion tracked by an mbarrier instead of by groups: the hardware performs an arrive-on
+// `bar` (shared::cta) for the executing thread once every cp.async that thread issued before
+// this instruction has completed; the thread does not wait. With .noinc that arrival counts
+// against the barrier's expected arrival count (mbarrier_init must include it), so a barrier
+// initialised to N completes its phase when N threads' copies have all landed.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Waits for every cp.async the thread has issued (committed or not).
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 }  // namespace tessera::cuda::sm80

@@ -1,0 +1,18 @@
+// The sm90 batch-prefill kernel's host side (prefill_kernel.cuh), free of CUDA headers. Built
+// only for sm_90a (src/cuda/sm90/ is its own object library); callers test
+// TESSERA_HAS_SM90_KERNELS. Opt-in while it is being brought up: TESSERA_CUDA_BATCH=sm90.
+#pragma once
+
+#include "cuda/batch/batch_args.h"
+
+namespace tessera::cuda::sm90 {
+
+// True for the shapes the kernel has an instance for (head_dim 64 and 128, bf16 / fp16).
+bool batch_prefill_applicable(int head_dim);
+
+// Launches the prefill-shaped units of the plan in `args` (header.num_prefill_items, read on
+// the device) on a persistent grid of min(max_units, num_sms) CTAs. bf16: else fp16.
+void launch_batch_prefill(const batch::BatchArgs& args, bool bf16, int head_dim, long long max_units, int num_sms,
+                          void* stream);
+
+}  // namespace tessera::cuda::sm90

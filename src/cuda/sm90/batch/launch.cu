@@ -1,0 +1,42 @@
+// Host side of the sm90 batch-prefill kernel: smem opt-in and the persistent launch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/common/check.h"
+#include "cuda/sm90/batch/batch_prefill_sm90.h"
+#include "cuda/sm90/batch/prefill_kernel.cuh"
+
+namespace tessera::cuda::sm90 {
+
+namespace {
+
+template <typename T, int D>
+void launch_typed(const batch::BatchArgs& args, long long max_units, int num_sms, cudaStream_t stream) {
+  using Tr = batch_prefill::Traits<D>;
+  auto kernel = batch_prefill::prefill_kernel<T, D>;
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+  const long long grid = std::max(1LL, std::min<long long>(max_units, num_sms));
+  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool batch_prefill_applicable(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+void launch_batch_prefill(const batch::BatchArgs& args, bool bf16, int head_dim, long long max_units, int num_sms,
+                          void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (head_dim) {
+    case 64: return bf16 ? launch_typed<__nv_bfloat16, 64>(args, max_units, num_sms, s)
+                         : launch_typed<__half, 64>(args, max_units, num_sms, s);
+    case 128: return bf16 ? launch_typed<__nv_bfloat16, 128>(args, max_units, num_sms, s)
+                          : launch_typed<__half, 128>(args, max_units, num_sms, s);
+    default: return;  // batch_prefill_applicable said no: the caller does not launch
+  }
+}
+
+}  // namespace tessera::cuda::sm90

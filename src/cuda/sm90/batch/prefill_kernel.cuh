@@ -1,0 +1,380 @@
+// The sm90 batch-prefill kernel (docs/perf/batch_prefill_sm90.md, step 1): the prefill-shaped
+// units of a BatchAttention plan (plan version 2: items [0, num_prefill_items), units of up to
+// 128 GQA-packed query vectors) on WGMMA, with K/V read through the CSR page table.
+//
+// A CTA (persistent, one per SM, a static walk over the prefill units) has a producer
+// warpgroup and two consumer warpgroups (64 packed vectors each):
+//   producer   all 128 threads gather with cp.async: the unit's Q (packed vector n = query row
+//              q_begin + n / G, head kv_head G + n % G; zero past the unit) and, per 128-key
+//              tile, the K and V rows through the page table (zero outside the item's keys),
+//              into 128-byte-swizzled panels (the layout TMA writes and wgmma descriptors
+//              read), through a ring of kStages K and V stages; each copy (Q, a K tile, a V
+//              tile) ends with the thread's completion-tracked arrival on its full barrier
+//              (cp.async.mbarrier.arrive.noinc, 128 arrivals): the producer waits only for free
+//              stages, never for its own copies, and issues a unit's first K tile before its Q.
+//   consumers  the forward's schedule (sm90/common/kv_tile_schedule.cuh): S = Q K^T and
+//              O += P V on wgmma, pingpong turns, the softmax of tile i under P_{i-1} V_{i-1};
+//              each thread fences the landed copies into the async proxy (the WGMMAs' reads)
+//              after its full-barrier waits, in take_turn;
+//              masks per packed vector (its request's bottom-right causal / window mask
+//              intersected with the item's keys); the epilogue writes O and the LSE (direct
+//              items) or the fp32 partial O and LSE of the chunk (split items) from registers.
+// Key tiles are aligned to absolute multiples of 128 keys of the request (the item's first and
+// last tiles may be partial: keys outside [kv_begin, kv_end) are zero rows and masked).
+// NOT YET RUN ON A GPU (eighth session): see the design note's step 1 for the tests it needs.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/batch/batch_args.h"
+#include "cuda/common/softmax_fragment.cuh"
+#include "cuda/common/types.cuh"
+#include "cuda/primitives/sm80/cp_async.cuh"
+#include "cuda/primitives/sm80/ldmatrix.cuh"
+#include "cuda/primitives/sm80/warp.cuh"
+#include "cuda/primitives/sm90/fence.cuh"
+#include "cuda/primitives/sm90/mbarrier.cuh"
+#include "cuda/primitives/sm90/named_barrier.cuh"
+#include "cuda/primitives/sm90/setmaxnreg.cuh"
+#include "cuda/primitives/sm90/smem_desc.h"
+#include "cuda/primitives/sm90/wgmma.cuh"
+#include "cuda/sm90/common/kv_tile_schedule.cuh"
+#include "math/mask.h"
+#include "math/online_softmax.h"
+#include "plan/batch_plan.h"
+
+namespace tessera::cuda::sm90::batch_prefill {
+
+// Shared memory (from a 1024-byte aligned base): Q [128 x D] | K ring [kStages x 128 x D] |
+// V ring | barriers (q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S]).
+template <int kHeadDim_>
+struct Traits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;  // packed query vectors per unit: plan::packed_q_rows
+  static constexpr int kBlockN = 128;  // keys per tile
+  // Stages in flight: 3 at d128 (Q 32 KB + 3 x 64 KB), 4 at d64 (16 KB + 4 x 32 KB).
+  static constexpr int kStages = kHeadDim_ == 64 ? 4 : 3;
+  static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+  static constexpr int kConsumerWarps = 8;
+  // 128 x 40 + 256 x 232 = 64,512 registers: the gathering producer needs more than the
+  // forward's single TMA thread.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static_assert(kBlockM == plan::packed_q_rows(kHeadDim), "a unit is one Q tile");
+  static constexpr int kPanels = kHeadDim / 64;  // 128-byte panels of 64 16-bit columns
+  static constexpr int kChunks = kHeadDim / 8;   // 16-byte chunks per row
+  static constexpr int kQPanelBytes = kBlockM * 128;
+  static constexpr int kKVPanelBytes = kBlockN * 128;
+  static constexpr int kQBytes = kPanels * kQPanelBytes;
+  static constexpr int kKVTileBytes = kPanels * kKVPanelBytes;
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
+  static constexpr int kBarrierOffset = kVOffset + kStages * kKVTileBytes;
+  static constexpr int kBarriers = 2 + 4 * kStages;
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
+};
+
+// Byte offset of 16-byte chunk `ch` of row `r` in a tile of R rows of 128-byte-swizzled panels.
+template <int R>
+__device__ __forceinline__ std::uint32_t sw128_offset(int r, int ch) {
+  return static_cast<std::uint32_t>((ch >> 3) * (R * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+}
+
+// What every thread knows of a unit (the same walk in every warpgroup).
+struct Unit {
+  plan::WorkItem it;
+  int row0;     // first packed vector of the unit within the item
+  int n_rows;   // packed vectors of the unit (1..128)
+  int t0;       // first key tile (absolute, in tiles of kBlockN keys)
+  int n_tiles;  // key tiles covering [kv_begin, kv_end) (0 when empty)
+};
+
+template <int BN>
+__device__ __forceinline__ Unit unit_of(const batch::BatchArgs& a, int u) {
+  Unit un;
+  const int item = a.row_blocks == 1 ? u : u / a.row_blocks;
+  const int rb = u - item * a.row_blocks;
+  un.it = a.items[item];
+  un.row0 = rb * 128;
+  un.n_rows = min(128, (un.it.q_end - un.it.q_begin) * a.group - un.row0);
+  un.t0 = un.it.kv_begin / BN;
+  un.n_tiles = un.it.kv_end > un.it.kv_begin ? (un.it.kv_end + BN - 1) / BN - un.t0 : 0;
+  return un;
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(const __grid_constant__ batch::BatchArgs a) {
+  using Tr = Traits<kHeadDim>;
+  constexpr int D = kHeadDim, BN = Tr::kBlockN, S = Tr::kStages;
+  constexpr bool kBf16 = cuda::Traits<T>::is_bf16;
+  extern __shared__ unsigned char smem_raw[];
+  const std::uint32_t raw_addr = sm80::smem_u32(smem_raw);
+  const std::uint32_t base = (raw_addr + 1023u) & ~1023u;
+  const std::uint32_t sQ = base + Tr::kQOffset;
+  auto sK = [&](int stage) { return base + Tr::kKOffset + static_cast<std::uint32_t>(stage * Tr::kKVTileBytes); };
+  auto sV = [&](int stage) { return base + Tr::kVOffset + static_cast<std::uint32_t>(stage * Tr::kKVTileBytes); };
+  const std::uint32_t bars = base + Tr::kBarrierOffset;
+  const std::uint32_t q_full = bars, q_empty = bars + 8u;
+  auto k_full = [&](int stage) { return bars + 8u * (2 + stage); };
+  auto k_empty = [&](int stage) { return bars + 8u * (2 + S + stage); };
+  auto v_full = [&](int stage) { return bars + 8u * (2 + 2 * S + stage); };
+  auto v_empty = [&](int stage) { return bars + 8u * (2 + 3 * S + stage); };
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(q_full, 128);  // every producer thread's copies landed (cp.async arrivals)
+    mbarrier_init(q_empty, 2);   // one arrival per consumer warpgroup
+    for (int s = 0; s < S; ++s) {
+      mbarrier_init(k_full(s), 128);
+      mbarrier_init(v_full(s), 128);
+      mbarrier_init(k_empty(s), Tr::kConsumerWarps);
+      mbarrier_init(v_empty(s), Tr::kConsumerWarps);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  // Prefill units of the plan (read from the header in device memory: graph replays after a
+  // new plan() see the new count).
+  const int num_units = a.header->num_prefill_items * a.row_blocks;
+  const int G = a.group;
+  const int warpgroup = threadIdx.x / 128;
+  const int t = threadIdx.x % 128;
+
+  if (warpgroup == 0) {
+    // ---- producer: every thread gathers its share of each copy ----
+    setmaxnreg_dec<Tr::kProducerRegs>();
+    const T* qp = static_cast<const T*>(a.q);
+    const T* kp = static_cast<const T*>(a.k);
+    const T* vp = static_cast<const T*>(a.v);
+    int it = 0;  // K/V tiles loaded so far (ring position)
+    int q_round = 0;
+    // Q: thread t copies chunk t % kChunks of rows t / kChunks + i * (128 / kChunks). K / V: the
+    // thread pair (2 p, 2 p + 1) copies rows p and p + 64 of a tile, even / odd chunks.
+    constexpr int kRowStep = 128 / Tr::kChunks;
+    const int ch = t % Tr::kChunks, r_first = t / Tr::kChunks;
+    const int pair_row = t / 2, half = t % 2;
+    // Page of key j: a shift for power-of-two page sizes (the common case), else a division.
+    const int page_size = a.page_size;
+    const bool page_pow2 = (page_size & (page_size - 1)) == 0;
+    const int page_shift = 31 - __clz(page_size);
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x, ++q_round) {
+      const Unit un = unit_of<BN>(a, u);
+      const int b = un.it.request;
+      const std::int64_t q0 = a.qo_indptr[b];
+      const int* pages = a.kv_indices + a.kv_indptr[b];
+      const std::int64_t k_head_off = static_cast<std::int64_t>(un.it.kv_head) * a.k_head;
+      const std::int64_t v_head_off = static_cast<std::int64_t>(un.it.kv_head) * a.v_head;
+      // Q, once the consumers are done with the previous unit's; q_full completes when every
+      // producer thread's copies have landed.
+      auto load_q = [&] {
+        mbarrier_wait_parity(q_empty, (q_round & 1) ^ 1);
+#pragma unroll 1
+        for (int r = r_first; r < 128; r += kRowStep) {
+          const bool valid = r < un.n_rows;
+          const T* src = qp;
+          if (valid) {
+            const int n = un.row0 + r;
+            const int qr = un.it.q_begin + n / G, h = un.it.kv_head * G + n % G;
+            src = qp + (q0 + qr) * a.q_row + static_cast<std::int64_t>(h) * a.q_head + ch * 8;
+          }
+          sm80::cp_async_16_zfill(sQ + sw128_offset<128>(r, ch), src, valid);
+        }
+        sm80::cp_async_mbarrier_arrive_noinc(q_full);
+      };
+      if (un.n_tiles == 0) load_q();
+      // K/V tiles. Every copy ends with the thread's completion-tracked arrival on the copy's
+      // full barrier (the hardware arrives once the thread's earlier copies have landed), so the
+      // producer never waits for its own copies, only for free stages: K(i) needs Q K^T of tile
+      // i - S done, V(i) needs P V of tile i - S. The consumers fence the landed bytes into the
+      // async proxy before their WGMMAs read them (take_turn). A unit's first K tile is issued
+      // before its Q, whose buffer frees only when the previous unit's last P V is done.
+      for (int i = 0; i < un.n_tiles; ++i, ++it) {
+        const int stage = it % S;
+        const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
+        const int key0 = (un.t0 + i) * BN;
+        // The copy of a tile: two threads per key row (64 rows per pass, 2 passes), the pair
+        // taking adjacent 16-byte chunks in each instruction so that every 32-byte sector is read
+        // whole; a row's page lookup is made once per tile and serves both K and V (the source
+        // row of each, or the tensor's base with a zero fill outside the item's keys).
+        const T* krow[2];
+        const T* vrow[2];
+        bool valid[2];
+#pragma unroll
+        for (int pass = 0; pass < 2; ++pass) {
+          const int j = key0 + pair_row + 64 * pass;
+          valid[pass] = j >= un.it.kv_begin && j < un.it.kv_end;
+          krow[pass] = kp;
+          vrow[pass] = vp;
+          if (valid[pass]) {
+            const int pg = page_pow2 ? j >> page_shift : j / page_size;
+            const std::int64_t page = __ldg(pages + pg), slot = j - pg * page_size;
+            krow[pass] = kp + (page * a.k_page + slot * a.k_token + k_head_off + half * 8);
+            vrow[pass] = vp + (page * a.v_page + slot * a.v_token + v_head_off + half * 8);
+          }
+        }
+        auto copy_tile = [&](std::uint32_t dst_tile, const T* const (&row)[2]) {
+#pragma unroll
+          for (int pass = 0; pass < 2; ++pass) {
+            const int r = pair_row + 64 * pass;
+#pragma unroll
+            for (int k = 0; k < Tr::kChunks / 2; ++k)
+              sm80::cp_async_16_zfill(dst_tile + sw128_offset<BN>(r, 2 * k + half), row[pass] + 16 * k, valid[pass]);
+          }
+        };
+        mbarrier_wait_parity(k_empty(stage), parity);
+        copy_tile(sK(stage), krow);
+        sm80::cp_async_mbarrier_arrive_noinc(k_full(stage));
+        if (i == 0) load_q();
+        mbarrier_wait_parity(v_empty(stage), parity);
+        copy_tile(sV(stage), vrow);
+        sm80::cp_async_mbarrier_arrive_noinc(v_full(stage));
+      }
+    }
+    sm80::cp_async_wait_all();  // leave no copy in flight behind an exiting thread
+    return;
+  }
+
+  // ---- consumers: warpgroup c owns packed vectors [64 c, 64 c + 64) of every unit ----
+  setmaxnreg_inc<Tr::kConsumerRegs>();
+  const int c = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
+  const int warp = t / 32, lane = t % 32;
+  const int g = lane / 4, q = lane % 4;
+  constexpr std::uint32_t kTurnBarrier0 = 4, kEpilogueBarrier0 = 1;
+  // Every take_turn in run_kv_tiles follows the full-barrier waits for the operands of the
+  // WGMMAs it precedes, with none of this warpgroup's WGMMAs in flight: the generic-to-async
+  // proxy fence for the producer's cp.async bytes goes here, while the turn is awaited.
+  auto take_turn = [&] {
+    fence_proxy_async_shared_cta();
+    named_barrier_sync(kTurnBarrier0 + c, 256);
+  };
+  auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier0 + (c ^ 1), 256); };
+  if (c == 1) pass_turn();
+
+  int it = 0;
+  int q_round = 0;
+  for (int u = blockIdx.x; u < num_units; u += gridDim.x, ++q_round) {
+    const Unit un = unit_of<BN>(a, u);
+    const int b = un.it.request;
+    const int q_len = a.qo_indptr[b + 1] - a.qo_indptr[b];
+    const int kv_len = a.kv_len[b];
+    const math::MaskSpec spec = math::MaskSpec::make(q_len, kv_len, a.causal, a.window_left, a.window_right);
+    // The thread's two rows (packed vectors r and r + 8 of the unit) and their visible keys.
+    const int r_lo = 64 * c + 16 * warp + g;
+    math::KeyRange keys[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = r_lo + 8 * hh;
+      keys[hh] = {un.it.kv_begin, un.it.kv_end};  // rows past the unit: zero Q, never stored
+      if (r < un.n_rows) {
+        const math::KeyRange k = math::visible_keys(spec, un.it.q_begin + (un.row0 + r) / G);
+        keys[hh] = {max(k.begin, un.it.kv_begin), min(k.end, un.it.kv_end)};
+      }
+    }
+    // Keys every row of the warpgroup sees (tiles inside need no per-element mask): the masks
+    // are monotone in the query position, which grows with the packed vector.
+    math::KeyRange full{un.it.kv_begin, un.it.kv_end};
+    const int wg_first = 64 * c, wg_rows = min(64, un.n_rows - wg_first);
+    if (wg_rows > 0) {
+      const math::KeyRange first = math::visible_keys(spec, un.it.q_begin + (un.row0 + wg_first) / G);
+      const math::KeyRange last = math::visible_keys(spec, un.it.q_begin + (un.row0 + wg_first + wg_rows - 1) / G);
+      full = {max(last.begin, un.it.kv_begin), min(first.end, un.it.kv_end)};
+    }
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float s[BN / 8][4];
+    std::uint32_t p[BN / 16][4];
+    math::OnlineSoftmaxRow rows[2];
+    float alpha[2];
+    auto& s_flat = reinterpret_cast<float(&)[BN / 2]>(s);
+    auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
+
+    auto issue_qk = [&](int stage) {
+      const std::uint64_t dq = make_smem_desc_sw128_kmajor(sQ + 64u * 128u * c);
+      const std::uint64_t dk = make_smem_desc_sw128_kmajor(sK(stage));
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < D * 2 / 32; ++ks) {
+        const std::uint32_t off = 32u * (ks % 4);
+        const std::uint64_t da = smem_desc_advance(dq, (ks / 4) * Tr::kQPanelBytes + off);
+        const std::uint64_t db = smem_desc_advance(dk, (ks / 4) * Tr::kKVPanelBytes + off);
+        wgmma_ss<BN, kBf16>(s_flat, da, db, ks > 0);
+      }
+      wgmma_commit();
+    };
+    auto issue_pv = [&](int stage) {
+      wgmma_fence();
+      const std::uint64_t dv = make_smem_desc_sw128_mnmajor(sV(stage), Tr::kKVPanelBytes);
+#pragma unroll
+      for (int kt = 0; kt < BN / 16; ++kt) wgmma_rs<D, kBf16, true>(o_flat, p[kt], smem_desc_advance(dv, 2048u * kt), true);
+      wgmma_commit();
+    };
+    auto weights = [&](int i) {
+      const int n0 = (un.t0 + i) * BN;
+      const bool masked = !(full.begin <= n0 && n0 + BN <= full.end);
+      scores_to_weights<BN>(s, rows, keys, masked, n0, q, a.scale, a.scale_log2, a.softcap, alpha);
+    };
+    auto release = [&](std::uint32_t bar) {
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(bar);
+    };
+
+    mbarrier_wait_parity(q_full, q_round & 1);
+    if (un.n_tiles > 0) {
+      TileOps ops{take_turn,
+                  pass_turn,
+                  issue_qk,
+                  issue_pv,
+                  weights,
+                  [&] { end_softmax_block(rows); },  // the forward's pin (bf16 / fp16: +2-4 % there)
+                  [&] { rescale_rows<D, false>(o, alpha); },
+                  [&] { pack_weights<T, BN>(s, p); },
+                  [&](int stage) { release(k_empty(stage)); },
+                  [&](int stage) { release(v_empty(stage)); },
+                  k_full,
+                  v_full};
+      run_kv_tiles<S, false>(un.n_tiles, it, ops, s_flat, o_flat);
+    }
+    // Every warp of the warpgroup is past its last Q K^T: the producer may load the next Q.
+    named_barrier_sync(kEpilogueBarrier0 + c, 128);
+    if (t == 0) mbarrier_arrive(q_empty);
+
+    // ---- epilogue: O (bf16/fp16 rows, or fp32 partials of a split item) and the LSE ----
+    const bool direct = un.it.partial_row == plan::kDirect;
+    const std::int64_t q0 = a.qo_indptr[b];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      rows[hh].l = sm80::quad_sum(rows[hh].l);
+      const float sc = rows[hh].output_scale();
+      const int r = r_lo + 8 * hh;
+      if (r >= un.n_rows) continue;
+      const int n = un.row0 + r;
+      const int qr = n / G, h = un.it.kv_head * G + n % G;  // qr relative to q_begin
+      if (direct) {
+        T* out = static_cast<T*>(a.o) + (q0 + un.it.q_begin + qr) * a.o_row + static_cast<std::int64_t>(h) * a.o_head;
+#pragma unroll
+        for (int d = 0; d < D / 8; ++d)
+          *reinterpret_cast<std::uint32_t*>(out + 8 * d + 2 * q) =
+              cuda::Traits<T>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+        if (a.lse != nullptr && q == 0)
+          a.lse[static_cast<std::int64_t>(h) * a.lse_head + q0 + un.it.q_begin + qr] = rows[hh].lse();
+      } else {
+        const std::int64_t prow = un.it.partial_row + qr;
+        float* dst = a.partial_o + (prow * a.heads_q + h) * D;
+#pragma unroll
+        for (int d = 0; d < D / 8; ++d)
+          *reinterpret_cast<float2*>(dst + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+        if (q == 0) a.partial_lse[prow * a.heads_q + h] = rows[hh].lse();
+      }
+    }
+  }
+  if (c == 0) take_turn();  // the last warpgroup's last arrival: leave the barrier balanced
+}
+
+}  // namespace tessera::cuda::sm90::batch_prefill
