@@ -21,7 +21,8 @@
 //              items) or the fp32 partial O and LSE of the chunk (split items) from registers.
 // Key tiles are aligned to absolute multiples of 128 keys of the request (the item's first and
 // last tiles may be partial: keys outside [kv_begin, kv_end) are zero rows and masked).
-// NOT YET RUN ON A GPU (eighth session): see the design note's step 1 for the tests it needs.
+// GPU-tested on the H200 (ninth session: the batch suite under TESSERA_CUDA_BATCH=sm90); opt-in
+// until its memcheck and racecheck have run (docs/perf/batch_prefill_sm90.md).
 #pragma once
 
 #include <cuda_bf16.h>
