@@ -569,12 +569,16 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(dispatch::parse_batch_path(nullptr), dispatch::BatchPath::automatic);
   EXPECT_EQ(dispatch::parse_batch_path(""), dispatch::BatchPath::automatic);
   EXPECT_EQ(dispatch::parse_batch_path("sm90"), dispatch::BatchPath::sm90);
-  try {
-    dispatch::parse_batch_path("portable");
-    ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH=portable";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH");
-    EXPECT_NE(std::string(e.what()).find("'sm90', got 'portable'"), std::string::npos) << e.what();
+  EXPECT_EQ(dispatch::parse_batch_path("portable"), dispatch::BatchPath::portable);
+  for (const char* bad : {"SM90", "sm80", "portable-compact", " sm90"}) {
+    try {
+      dispatch::parse_batch_path(bad);
+      ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH=" << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH");
+      EXPECT_NE(std::string(e.what()).find("'portable', 'sm90', got '" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

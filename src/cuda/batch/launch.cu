@@ -79,7 +79,8 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
 #if defined(TESSERA_HAS_SM90_KERNELS)
-  // Opt-in (TESSERA_CUDA_BATCH=sm90): the prefill-shaped units on the sm90 WGMMA kernel, then
+  // Default on compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off): the prefill-shaped
+  // units on the sm90 WGMMA kernel, then
   // the decode-shaped ones on the decode-only instance (which skips the others); the decode
   // launch follows the prefill kernel in stream order, and the merge depends on it.
   if (sm90_prefill && max_item_vectors > batch::kDecodeMaxRows && sm90::batch_prefill_applicable(D) &&
@@ -221,7 +222,9 @@ void batch_attention_run(const BatchRunParams& p) {
                 "batch attention on CUDA: expected fewer than 2^30 work units (max_items x row blocks), got " +
                     std::to_string(static_cast<long long>(p.layout.max_items) * a.row_blocks));
   // Read on every run (a misspelt value fails here, whatever the shape), before any launch.
-  const bool sm90_prefill = dispatch::batch_path_override() == dispatch::BatchPath::sm90;
+  // The sm90 prefill kernel unless TESSERA_CUDA_BATCH=portable (launch_instances still takes it
+  // only on compute capability 9.0 at head_dim 64 and 128).
+  const bool sm90_prefill = dispatch::batch_path_override() != dispatch::BatchPath::portable;
   DeviceScope scope(p.device.index);
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)
