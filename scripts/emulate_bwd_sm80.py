@@ -344,7 +344,8 @@ def run(case):
                         ok = q0 + r < q_len
                         for n in range(kN // 8):
                             i = mq * (kN // 8) + n
-                            idx = acc_base + r * D + wn * kN + 2 * t4 + n * 8
+                            # pair-interleaved columns (kernel.cuh dq_phase): tile n at 16 (n // 2) + 4 t4 + 2 (n % 2)
+                            idx = acc_base + r * D + wn * kN + (4 * t4 + (n // 2) * 16 + 2 * (n % 2) if STAGES == 2 else 2 * t4 + n * 8)
                             np.add.at(dq_accum, idx[ok], dq[ok, i, 2 * hr])
                             np.add.at(dq_accum, idx[ok] + 1, dq[ok, i, 2 * hr + 1])
 
@@ -490,7 +491,13 @@ def run(case):
     if n_splits > 1:  # post kernel: fixed-order sum of the partials
         dk_out = dk_part.reshape(n_splits, k_len, hkv_n, D).sum(axis=0)
         dv_out = dv_part.reshape(n_splits, k_len, hkv_n, D).sum(axis=0)
-    dq = dq_accum.reshape(hq, q_len, D) * scale  # post kernel: dQ = scale * accumulator
+    # post kernel: dQ = scale * accumulator, columns read back in order (thread sub: pairs at
+    # 16 (sub // 2) + 2 (sub % 2) + 4 k, k = 0..3)
+    col = np.arange(D)
+    sub, kk, e = col // 8, (col % 8) // 2, col % 2
+    phys = (sub // 2) * 16 + 2 * (sub % 2) + 4 * kk + e if STAGES == 2 else col  # layout 0 only (kDqPairs)
+    assert sorted(phys) == list(range(D))
+    dq = dq_accum.reshape(hq, q_len, D)[:, :, phys] * scale
     errs = {}
     for name, got, ref in (("dQ", dq, dQr), ("dK", dk_out.transpose(1, 0, 2), dKr), ("dV", dv_out.transpose(1, 0, 2), dVr)):
         errs[name] = float(np.max(np.abs(got - ref)) / max(1e-30, float(np.max(np.abs(ref)))))

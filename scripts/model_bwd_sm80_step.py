@@ -84,9 +84,20 @@ def rule_next2(a, tgt, nxt, warp):  # wip/bwd-sm80-next2 4a9c4a5 (calibration: m
     raise KeyError(hex(a))
 
 
+def rule_v4(a, tgt, nxt, warp):  # wip/bwd-sm80-10 (skewed dQ + pair-interleaved dq_accum, v4 REDs)
+    B = warp >= 4
+    fixed = {0x5850: True, 0x5960: False, 0x59f0: False, 0x65e0: False, 0xfed0: not B, 0x12170: False,
+             0x121e0: B, 0x12b30: False, 0x13860: B, 0x13a30: True, 0x14810: True, 0x149a0: False, 0x157b0: B}
+    if a in fixed: return fixed[a]
+    if 'ATOMG' in nxt: return True
+    if 0x10a00 <= a < 0x11200 or 0x13a40 <= a < 0x14810: return False
+    raise KeyError(hex(a))
+
+
 # name: (loop start, back branch, rule, CTA barrier B(i) to start each warp's step at)
 RULES = {'main': (0x56b0, 0x13730, rule_main, 0x10c20), 'skew': (0x5640, 0x15c50, rule_skew, 0x120b0),
-         'pre': (0x5280, 0x11ca0, rule_pre, 0xf280), 'next2': (0x5b00, 0x13b40, rule_next2, 0x11180)}
+         'pre': (0x5280, 0x11ca0, rule_pre, 0xf280), 'next2': (0x5b00, 0x13b40, rule_next2, 0x11180),
+         'v4': (0x5640, 0x15990, rule_v4, 0x121a0)}
 
 RE_REG = re.compile(r'\b(U?R\d+|U?P\d+)(\.64)?\b')
 STORES = ('STS', 'STG', 'REDG', 'RED', 'LDGSTS', 'BAR', 'BRA', 'DEPBAR', 'LDGDEPBAR', 'ATOMG', 'MEMBAR',

@@ -306,6 +306,10 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   // measure below; and no compute-capability-8.x device runs this layout (A100/A30 take the
   // compact layout 1, sm_86/89 layout 2: backward_variant), so sm_80 keeps the unskewed order.
   constexpr bool kSkew = MR > 1 && Stages == 2 && !kSm80D128;
+  // dq_accum column order (dq_phase): pair-interleaved for head_dim 128 layout 0 in every build
+  // (backward_entry.cu's dq_pairs must match: D == 128, variant 0, sm80 main kernel), in order
+  // for the others (the compact layout 1 spilled 4 B bf16 on sm_90 with the interleaved one).
+  constexpr bool kDqPairs = MR > 1 && Stages == 2 && L::kDqCols % 16 == 0;
   const bool defer_dq = kSkew && qg == 1 && p.locks == nullptr;
 
   for (int item = 0; item < n_items; ++item) {
@@ -409,27 +413,42 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
         __syncthreads();
       }
       float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h_d) * p.total_q + q_gr0 + q0_d) * D;
+      // kDqPairs (head_dim 128 layout 0, every build; the post kernel is told by backward_entry.cu):
+      // dq_accum's columns are pair-interleaved within each 16-column group: a thread's two n8 tiles 2 np, 2 np + 1 (columns 16 np + 2 t4 + {0, 1} and
+      // 16 np + 8 + 2 t4 + {0, 1}) sit at 16 np + 4 t4 + {0, 1, 2, 3}, one 16-byte vector, so the
+      // sm_90 common path issues 8 v4 reductions per warp instead of 16 v2 (same sectors, half
+      // the requests); the post kernel reads the columns back in order.
 #pragma unroll
       for (int mq = 0; mq < MQ; ++mq) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int r = 16 * (MQ * wm + mq) + g + 8 * hr;
         if (q0_d + r < q_len) {
-          float* row = acc_base + static_cast<std::int64_t>(r) * D + wn * kN + 2 * t4;
+          float* row = acc_base + static_cast<std::int64_t>(r) * D + wn * kN + (kDqPairs ? 4 : 2) * t4;
 #pragma unroll
-          for (int n = 0; n < kN / 8; ++n) {
-            const int i = mq * (kN / 8) + n;
+          for (int np = 0; np < kN / 16; ++np) {
+            const int i0 = mq * (kN / 8) + 2 * np, i1 = i0 + 1;
+            float* dst = row + np * 16;
+            const int o1 = kDqPairs ? 2 : 8;  // tile i1's offset from tile i0's
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             if ((WQ == 2 && MR == 1) || lock != nullptr) {  // head_dim 256: two paths spilled ~200 B
-              atomicAdd(reinterpret_cast<float2*>(row + n * 8), make_float2(dq[i][2 * hr], dq[i][2 * hr + 1]));
+              atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[i0][2 * hr], dq[i0][2 * hr + 1]));
+              atomicAdd(reinterpret_cast<float2*>(dst + o1), make_float2(dq[i1][2 * hr], dq[i1][2 * hr + 1]));
             } else {
               // Fire-and-forget reduction (RED): atomicAdd's ATOMG returns the old values and
               // the warp waits on that round trip at the next reuse of the registers.
-              red_add_f32x2(row + n * 8, dq[i][2 * hr], dq[i][2 * hr + 1]);
+              if constexpr (kDqPairs) {
+                red_add_f32x4(dst, dq[i0][2 * hr], dq[i0][2 * hr + 1], dq[i1][2 * hr], dq[i1][2 * hr + 1]);
+              } else {
+                red_add_f32x2(dst, dq[i0][2 * hr], dq[i0][2 * hr + 1]);
+                red_add_f32x2(dst + o1, dq[i1][2 * hr], dq[i1][2 * hr + 1]);
+              }
             }
 #else
-            atomicAdd(row + n * 8, dq[i][2 * hr]);
-            atomicAdd(row + n * 8 + 1, dq[i][2 * hr + 1]);
+            atomicAdd(dst, dq[i0][2 * hr]);
+            atomicAdd(dst + 1, dq[i0][2 * hr + 1]);
+            atomicAdd(dst + o1, dq[i1][2 * hr]);
+            atomicAdd(dst + o1 + 1, dq[i1][2 * hr + 1]);
 #endif
           }
         }
