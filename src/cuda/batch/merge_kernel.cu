@@ -39,7 +39,8 @@
 // kernel reads the plan arrays (header, merge_indptr, merge_row, merge_partial) BEFORE the
 // wait: plan() copied them ahead of the attention kernel in stream order, and a dependent
 // starts only after that kernel has started; only partial_lse / partial_o (the attention
-// kernel's output) are read after it. (The rows kernel waits first, as on main.)
+// kernel's output) are read after it. The rows kernel does the same since wip/decode-s11 (the
+// header, its first slot's indptr, merge_row and first 8 partial indices).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -70,20 +71,48 @@ constexpr int kBatch = 8;  // partials whose loads are in flight together
 
 template <typename T>
 __global__ void __launch_bounds__(kRowsThreads) merge_rows_kernel(const __grid_constant__ BatchArgs a, int head_dim) {
+  const int C = head_dim / 8;
+  const long long per_row = static_cast<long long>(a.heads_q) * C;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  long long w = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Before the wait: the plan (header, merge_indptr, merge_row, and the first kBatch partial
+  // indices of the thread's first slot). plan() copied it ahead of the attention kernel in
+  // stream order, and a dependent starts only after that kernel has started, so it is visible
+  // now; only partial_lse / partial_o (the attention kernel's output) wait for its completion.
+  // Where a merge block is resident before the attention grid ends (a decode CTA without a
+  // second unit exits early and frees its registers), these four dependent loads (the header,
+  // indptr, the partial indices, merge_row, which the compiler left behind the merge loop)
+  // leave the critical path: after the wait only the LSE / O loads and the store remain.
+  const long long total = static_cast<long long>(a.header->num_merge_rows) * per_row;
+  int m = 0, h = 0, c = 0, e0 = 0, e1 = 0;
+  long long token = 0;
+  int pre[kBatch];  // partial rows of entries e0 .. e0 + kBatch - 1 of the first slot
+  auto slot = [&](long long ww) {
+    // 32-bit division unless the index space needs more (no division call on the common path).
+    m = ww < 0x7fffffffLL ? static_cast<int>(static_cast<unsigned>(ww) / static_cast<unsigned>(per_row))
+                          : static_cast<int>(ww / per_row);
+    const int rem = static_cast<int>(ww - static_cast<long long>(m) * per_row);
+    h = rem / C, c = rem % C;
+    e0 = a.merge_indptr[m], e1 = a.merge_indptr[m + 1];
+    token = a.merge_row[m];
+  };
+  auto first_batch = [&](int e) {
+    const int n = min(kBatch, e1 - e);
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) pre[i] = i < n ? a.merge_partial[e + i] : a.merge_partial[e];
+  };
+  if (w < total) {
+    slot(w);
+    if (e1 > e0) first_batch(e0);
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // no-op unless launched as a dependent
 #endif
-  const int C = head_dim / 8;
-  const long long per_row = static_cast<long long>(a.heads_q) * C;
-  const long long total = static_cast<long long>(a.header->num_merge_rows) * per_row;
-  for (long long w = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; w < total;
-       w += static_cast<long long>(gridDim.x) * blockDim.x) {
-    // 32-bit division unless the index space needs more (no division call on the common path).
-    const int m = w < 0x7fffffffLL ? static_cast<int>(static_cast<unsigned>(w) / static_cast<unsigned>(per_row))
-                                   : static_cast<int>(w / per_row);
-    const int rem = static_cast<int>(w - static_cast<long long>(m) * per_row);
-    const int h = rem / C, c = rem % C;
-    const int e0 = a.merge_indptr[m], e1 = a.merge_indptr[m + 1];
+  for (bool first = true; w < total; w += stride, first = false) {
+    if (!first) {
+      slot(w);
+      if (e1 > e0) first_batch(e0);
+    }
     float mx = -INFINITY, sum = 0.0f;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     // Batches of kBatch partials: every load of a batch is issued before the first one is
@@ -91,9 +120,10 @@ __global__ void __launch_bounds__(kRowsThreads) merge_rows_kernel(const __grid_c
     // partial); the merge itself stays sequential in KV order, as on the CPU.
     for (int e = e0; e < e1; e += kBatch) {
       const int n = min(kBatch, e1 - e);
+      if (e != e0) first_batch(e);
       long long prow[kBatch];
 #pragma unroll
-      for (int i = 0; i < kBatch; ++i) prow[i] = i < n ? a.merge_partial[e + i] : a.merge_partial[e];
+      for (int i = 0; i < kBatch; ++i) prow[i] = pre[i];
       float lse[kBatch];
       float4 x0[kBatch], x1[kBatch];
 #pragma unroll
@@ -117,7 +147,6 @@ __global__ void __launch_bounds__(kRowsThreads) merge_rows_kernel(const __grid_c
       }
     }
     const float sc = lse_merge_out_scale(sum);
-    const long long token = a.merge_row[m];
     uint4 v;
     v.x = cuda::Traits<T>::pack2(__fmul_rn(acc[0], sc), __fmul_rn(acc[1], sc));
     v.y = cuda::Traits<T>::pack2(__fmul_rn(acc[2], sc), __fmul_rn(acc[3], sc));
