@@ -43,10 +43,12 @@
 // tiles stay whole when they already give >= S items (tiles x heads_kv), or when no tile is
 // longer than one chunk unit (kKVTile, or the page when pages are multiples of it). Otherwise
 // the chunk is a multiple of the unit chosen, over w = 1..kMaxSplitWaves, as the largest chunk
-// giving <= w S items, keeping only chunks that give >= S items (if none does: one unit) and
-// are no smaller than the workspace allows; among those it takes the least
+// giving <= w S items and no smaller than the workspace allows; among those it takes the least
 // ceil(items / S) x (longest item + kItemOverheadTokens) (the per-CTA critical path of a
-// static round-robin over S slots), the fewest items on ties.
+// static round-robin over S slots), the fewest items on ties. The one-wave candidate may give
+// fewer than S items (some slots idle): 8 x 32k at S = 264 takes 256 items of 8192 keys, one
+// per CTA, rather than 512 of 4096, two per CTA for 248 CTAs (the same keys per busy CTA, one
+// item's fixed cost less; docs/perf/decode.md, "Eleventh session").
 //
 // Capacity: the fixed part is sized by (max_requests, max_q_tokens); the split region by a
 // number P of partial rows (each split (tile, chunk) takes at least one, so P also bounds the

@@ -397,31 +397,26 @@ PlanSummary build_plan(const PlanConfig& cfg, const WorkspaceLayout& layout, std
         if (fits(count(mid), layout)) hi = mid; else lo = mid + 1;
       }
       const std::int64_t k_feasible = lo;
-      lo = 1, hi = k_max;  // largest k with items >= slots (1 when none reaches it)
-      while (lo < hi) {
-        const std::int64_t mid = (lo + hi + 1) / 2;
-        if (items_of(mid) >= slots) lo = mid; else hi = mid - 1;
-      }
-      const std::int64_t k_fill = lo;
-      // Candidates: for w waves, the smallest k (largest chunk) with items <= w * slots, within
-      // [k_feasible, k_fill] (room in the workspace, >= slots items); it falls as w grows, so
-      // each search starts below the last. Cost: waves x (longest item + overhead).
-      std::int64_t best_k = std::max(k_feasible, k_fill);
-      if (k_feasible < k_fill) {
-        std::int64_t best_cost = -1, k_prev = k_fill;
-        for (int w = 1; w <= kMaxSplitWaves; ++w) {
-          lo = k_feasible, hi = k_prev;
-          while (lo < hi) {
-            const std::int64_t mid = (lo + hi) / 2;
-            if (items_of(mid) <= w * slots) hi = mid; else lo = mid + 1;
-          }
-          const std::int64_t k = lo;
-          k_prev = k;
-          const std::int64_t cost =
-              ceil_div(items_of(k), slots) * (std::min(k * unit, max_len) + static_cast<std::int64_t>(kItemOverheadTokens));
-          if (best_cost < 0 || cost < best_cost || (cost == best_cost && k > best_k)) best_k = k, best_cost = cost;
-          if (k == k_feasible) break;  // no smaller chunk is allowed
+      // Candidates: for w waves, the smallest k (the most chunks) with items <= w * slots, within [k_feasible, k_max] (room in the workspace); it falls
+      // as w grows, so each search starts below the last. Cost: waves x (longest item +
+      // overhead). The one-wave candidate may leave slots idle (items < slots): with equal
+      // chunks every CTA of a partial second wave still runs two items, so 8 x 32k (64 (request,
+      // head) pairs) is as long on 256 items of 8192 keys (one each, 8 slots idle) as on 512
+      // of 4096 (two each, 16 slots idle in the second wave), minus one item's fixed cost
+      // (docs/perf/decode.md, "Eleventh session").
+      std::int64_t best_k = k_max, best_cost = -1, k_prev = k_max;
+      for (int w = 1; w <= kMaxSplitWaves; ++w) {
+        lo = k_feasible, hi = k_prev;
+        while (lo < hi) {
+          const std::int64_t mid = (lo + hi) / 2;
+          if (items_of(mid) <= w * slots) hi = mid; else lo = mid + 1;
         }
+        const std::int64_t k = lo;
+        k_prev = k;
+        const std::int64_t cost =
+            ceil_div(items_of(k), slots) * (std::min(k * unit, max_len) + static_cast<std::int64_t>(kItemOverheadTokens));
+        if (best_cost < 0 || cost < best_cost || (cost == best_cost && k > best_k)) best_k = k, best_cost = cost;
+        if (k == k_feasible) break;  // no smaller chunk is allowed
       }
       chunk = best_k * unit;
       if (chunk >= max_len) chunk = 0;

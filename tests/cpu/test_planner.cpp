@@ -358,9 +358,23 @@ TEST(Planner, AutomaticFillsTheDeviceWithTileAlignedChunks) {
     for (int hkv : {1, 8}) {
       Planned p = make_plan(config(8, hkv, {}, page_size), 132, {1}, {32768});
       SCOPED_TRACE("page " + std::to_string(page_size) + " hkv " + std::to_string(hkv));
-      // >= 2 * num_sms items, unless chunks of one unit (a tile or a page) are not enough.
+      // The cheapest chunk of the cost model over every multiple of the unit (a tile or a page)
+      // giving at most kMaxSplitWaves waves of items: waves x (longest item + overhead), waves
+      // of 2 x num_sms resident slots. A partial first wave is allowed (fewer items than
+      // slots), and then it is at least half full: halving its chunk would give more than a
+      // wave at no lower cost.
       const int unit = std::max(page_size, plan::kKVTile);
-      EXPECT_GE(p.summary.num_items, std::min(2 * 132, (32768 + unit - 1) / unit * hkv));
+      const int slots = plan::kDecodeCtasPerSm * 132;
+      auto items_of = [&](std::int64_t chunk) { return (32768 + chunk - 1) / chunk * hkv; };
+      auto cost_of = [&](std::int64_t chunk) {
+        return (items_of(chunk) + slots - 1) / slots * (std::min<std::int64_t>(chunk, 32768) + plan::kItemOverheadTokens);
+      };
+      std::int64_t best = -1;
+      for (std::int64_t k = 1; k * unit < 32768; ++k)
+        if (items_of(k * unit) <= plan::kMaxSplitWaves * slots && (best < 0 || cost_of(k * unit) < best))
+          best = cost_of(k * unit);
+      EXPECT_EQ(cost_of(p.summary.chunk_tokens), best);
+      EXPECT_GE(2 * p.summary.num_items, std::min(slots, (32768 + unit - 1) / unit * hkv));
       EXPECT_GT(p.splits[0], 1);
       ASSERT_GT(p.summary.chunk_tokens, 0);
       EXPECT_EQ(p.summary.chunk_tokens % plan::kKVTile, 0);
@@ -379,6 +393,29 @@ TEST(Planner, AutomaticFillsTheDeviceWithTileAlignedChunks) {
   // Prefill and decode alike: a long prefill chunk on a big device splits too.
   Planned prefill = make_plan(config(8, 8), 132, {40}, {20000});
   EXPECT_GT(prefill.splits[0], 1);
+}
+
+// The plans of the cuda.decode bench (GQA 32/8, page 16, one query token per request) on
+// 132 SMs (264 resident decode slots): 8 x 32k takes one partial wave of 256 items of 8192 keys
+// (4 partials per row) rather than 512 of 4096 (two waves, 16 slots idle in the second);
+// 1 x 128k one full wave of 264 items of 4032; the batches with an item per slot stay whole.
+TEST(Planner, AutomaticDecodeBenchShapes) {
+  struct Case {
+    int batch, kv, items, chunk;
+  };
+  for (const Case& c : {Case{1, 131072, 264, 4032}, Case{8, 32768, 256, 8192}, Case{64, 4096, 512, 0},
+                        Case{128, 8192, 1024, 0}, Case{256, 2048, 2048, 0}}) {
+    BatchConfig cfg = config(32, 8, {}, 16, true);
+    cfg.head_dim = 128;
+    cfg.max_requests = c.batch;
+    cfg.max_q_tokens = c.batch;
+    Planned p = make_plan(cfg, 132, std::vector<std::int32_t>(static_cast<std::size_t>(c.batch), 1),
+                          std::vector<std::int32_t>(static_cast<std::size_t>(c.batch), c.kv));
+    SCOPED_TRACE(std::to_string(c.batch) + " x " + std::to_string(c.kv));
+    EXPECT_EQ(p.summary.num_items, c.items);
+    EXPECT_EQ(p.summary.chunk_tokens, c.chunk);
+    EXPECT_EQ(p.summary.num_merge_rows, c.chunk > 0 ? c.batch : 0);
+  }
 }
 
 TEST(Planner, AutomaticNeverOutgrowsTheDefaultWorkspace) {
