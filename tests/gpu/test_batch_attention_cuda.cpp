@@ -306,6 +306,7 @@ Outputs run_cpu(const Problem& pr) {
 struct MergeShape {
   int rows = 0, fan_in = 0;
   bool fan_in_kernel = false;
+  int items = 0;  // work items of the plan
 };
 MergeShape merge_shape(const Problem& pr, int max_requests = 0, int max_q_tokens = 0) {
   const Spec& s = pr.spec;
@@ -324,6 +325,7 @@ MergeShape merge_shape(const Problem& pr, int max_requests = 0, int max_q_tokens
   MergeShape m;
   m.rows = h.num_merge_rows;
   m.fan_in = plan::mean_merge_fan_in(summary);
+  m.items = h.num_items;
   // The launcher's own rule (one definition), so the expectation cannot drift from it.
   m.fan_in_kernel = cuda::batch::merge_uses_fan_in_kernel(m.rows, m.fan_in, s.heads_q, s.head_dim, facts.num_sms);
   return m;
@@ -650,6 +652,45 @@ TEST(BatchCuda, LongDecode128k) {
   s.kv_lens = {131072, 1, 131072};
   s.check_kv_head = 1;
   check(s, 1);
+}
+
+// The bench's 8 x 32k decode shape at a quarter of the keys (8 x 8192, GQA 32/8, d128, page
+// 16): the automatic split takes one partial wave, fewer items than the 2 x SMs resident decode
+// CTAs (on 132 SMs: 256 items of 2048 keys, 4 partials per row), so some CTAs run no unit at
+// all and the rows merge kernel's blocks can become resident beside the attention grid, reading
+// the plan before their griddepcontrol.wait. Checked on one kv head's query group.
+TEST(BatchCuda, AutomaticSplitOfOnePartialWave) {
+  Spec s = spec(DType::bf16, 32, 8, 128, 16, KVLayout::NHD, opts(true));
+  s.q_lens.assign(8, 1);
+  s.kv_lens.assign(8, 8192);
+  s.check_kv_head = 5;
+  auto rng = fresh_rng();
+  const Problem pr(s, rng);
+  const MergeShape m = merge_shape(pr);
+  EXPECT_EQ(m.rows, 8);
+  EXPECT_GT(m.fan_in, 1);
+  EXPECT_FALSE(m.fan_in_kernel);
+  if (cuda_facts().num_sms == 132) {  // H100 / H200 SXM: 264 slots
+    EXPECT_EQ(m.items, 256) << "a partial wave of split items";
+    EXPECT_EQ(m.fan_in, 4);
+  }
+  check(s, 0);
+}
+
+// The rows merge kernel's grid-stride loop: more split rows x heads x 16 values than its grid
+// of at most 8 x SMs blocks of 256 threads (a 700-row prefill chunk, fixed split), so threads
+// merge a second slot after their first, whose plan reads were made before the wait.
+TEST(BatchCuda, MergeRowsKernelSecondSlot) {
+  Spec s = spec(DType::bf16, 32, 8, 128, 16, KVLayout::HND, opts(true), fixed(256));
+  s.q_lens = {700, 1};
+  s.kv_lens = {900, 700};
+  s.check_kv_head = 2;
+  s.with_cpu = false;
+  auto rng = fresh_rng();
+  const Problem pr(s, rng);
+  const MergeShape m = merge_shape(pr);
+  EXPECT_GT(static_cast<long long>(m.rows) * 32 * 16, 8LL * cuda_facts().num_sms * 256) << "a second grid-stride slot";
+  check(s, 0);
 }
 
 // The fan-in merge kernel against the oracle and the CPU executor: rounds of 32 partials (one
