@@ -33,7 +33,7 @@ namespace {
 template <int D, int V>
 constexpr BwdShape shape_of() {
   using L = bwd::Layout<D, V>;
-  return {L::Bc, L::Br, L::kThreads, L::kSmem};
+  return {L::Bc, L::Br, L::kThreads, L::kSmem, L::kDqPairs};
 }
 
 // The layout TESSERA_CUDA_BACKWARD forces at least: "portable-compact" 1, "portable-compact2" 2
@@ -160,9 +160,9 @@ struct PostArgs {
   int heads;
   int splits;  // dk/dv: number of partials; 0 = the dq layout
   RowMap rows;
-  // dq only: src's columns are pair-interleaved within each 16-column group, as the sm80 main
-  // kernel's head_dim 128 layout 0 writes them (kernel.cuh, kDqPairs): column 16 G + 8 h + 2 k + e
-  // sits at 16 G + 4 k + 2 h + e. Every other main kernel writes them in order (false).
+  // dq only: src's columns are pair-interleaved within each 16-column group, as the main kernel's
+  // BwdShape::dq_pairs says (tiles.h Layout::kDqPairs): column 16 G + 8 h + 2 k + e sits at
+  // 16 G + 4 k + 2 h + e. false: in order.
   bool dq_pairs = false;
 };
 
@@ -246,9 +246,7 @@ void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre,
   (void)use_sm90;
   launch_sm80_main<T, D>(args, variant, stream);
 #endif
-  PostArgs dq = post_dq;
-  dq.dq_pairs = !use_sm90 && D == 128 && variant == 0;  // kernel.cuh kDqPairs (sm80 layout 0)
-  launch_post<T, D>(dq, stream);
+  launch_post<T, D>(post_dq, stream);
   if (args.n_splits > 1) {
     launch_post<T, D>(post_dk, stream);
     launch_post<T, D>(post_dv, stream);
@@ -458,7 +456,8 @@ void attention_backward(const BackwardParams& p) {
     PreArgs pre{p.o.ptr, p.dout.ptr, p.o.batch, p.o.row, p.o.head, p.dout.batch, p.dout.row, p.dout.head,
                 p.lse.ptr, p.lse.batch, p.lse.head, reinterpret_cast<float*>(base + off_lse2),
                 reinterpret_cast<float*>(base + off_dsum), a.dq_accum, p.total_q, p.heads_q, qmap};
-    PostArgs post_dq{a.dq_accum, p.dq.ptr, p.dq.batch, p.dq.row, p.dq.head, p.mask.scale, p.total_q, p.heads_q, 0, qmap};
+    PostArgs post_dq{a.dq_accum, p.dq.ptr, p.dq.batch, p.dq.row, p.dq.head, p.mask.scale, p.total_q, p.heads_q, 0, qmap,
+                     shape.dq_pairs};
     PostArgs post_dk{a.dk_part, p.dk.ptr, p.dk.batch, p.dk.row, p.dk.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
     PostArgs post_dv{a.dv_part, p.dv.ptr, p.dv.batch, p.dv.row, p.dv.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
 

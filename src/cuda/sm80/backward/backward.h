@@ -26,6 +26,7 @@ struct BwdShape {
   int block_q;    // Br: query rows per step
   int threads;
   int smem_bytes;
+  bool dq_pairs = false;  // dq_accum columns pair-interleaved (tiles.h Layout::kDqPairs); false: in order
 };
 // head_dim in {64, 128, 256}; variant: the layout (tiles.h Cfg<D, V>; 0 the default). A variant
 // head_dim does not have gives {0, 0, 0, 0}.

@@ -307,10 +307,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   // measure below; and no compute-capability-8.x device runs this layout (A100/A30 take the
   // compact layout 1, sm_86/89 layout 2: backward_variant), so sm_80 keeps the unskewed order.
   constexpr bool kSkew = MR > 1 && Stages == 2 && !kSm80D128;
-  // dq_accum column order (dq_phase): pair-interleaved for head_dim 128 layout 0 in every build
-  // (backward_entry.cu's dq_pairs must match: D == 128, variant 0, sm80 main kernel), in order
-  // for the others (the compact layout 1 spilled 4 B bf16 on sm_90 with the interleaved one).
-  constexpr bool kDqPairs = MR > 1 && Stages == 2 && L::kDqCols % 16 == 0;
+  constexpr bool kDqPairs = L::kDqPairs;  // dq_accum column order (tiles.h)
   const bool defer_dq = kSkew && qg == 1 && p.locks == nullptr;
 
   for (int item = 0; item < n_items; ++item) {
@@ -405,7 +402,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
         backward::wait_for_dq_turn(lock, j_tile - tile_keys(it_d).begin / Bc, tid);
       }
       float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h_d) * p.total_q + q_gr0 + q0_d) * D;
-      // kDqPairs (head_dim 128 layout 0, every build; the post kernel is told by backward_entry.cu):
+      // kDqPairs (head_dim 128 layout 0, every build; the post kernel learns it from BwdShape):
       // dq_accum's columns are pair-interleaved within each 16-column group: a thread's two n8 tiles 2 np, 2 np + 1 (columns 16 np + 2 t4 + {0, 1} and
       // 16 np + 8 + 2 t4 + {0, 1}) sit at 16 np + 4 t4 + {0, 1, 2, 3}, one 16-byte vector, so the
       // sm_90 common path issues 8 v4 reductions per warp instead of 16 v2 (same sectors, half
