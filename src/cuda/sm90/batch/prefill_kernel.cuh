@@ -21,8 +21,9 @@
 //              items) or the fp32 partial O and LSE of the chunk (split items) from registers.
 // Key tiles are aligned to absolute multiples of 128 keys of the request (the item's first and
 // last tiles may be partial: keys outside [kv_begin, kv_end) are zero rows and masked).
-// GPU-tested on the H200 (ninth session: the batch suite under TESSERA_CUDA_BATCH=sm90); opt-in
-// until its memcheck and racecheck have run (docs/perf/batch_prefill_sm90.md).
+// The default for prefill-shaped units on compute capability 9.0 at head_dim 64 and 128 since the
+// tenth session, when memcheck and racecheck of it ran clean on the H200
+// (docs/perf/batch_prefill_sm90.md); TESSERA_CUDA_BATCH=portable keeps the mma.sync kernels.
 #pragma once
 
 #include <cuda_bf16.h>
