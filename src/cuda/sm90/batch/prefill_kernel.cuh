@@ -2,8 +2,9 @@
 // units of a BatchAttention plan (plan version 2: items [0, num_prefill_items), units of up to
 // 128 GQA-packed query vectors) on WGMMA, with K/V read through the CSR page table.
 //
-// A CTA (persistent, one per SM, a static walk over the prefill units) has a producer
-// warpgroup and two consumer warpgroups (64 packed vectors each):
+// A CTA (persistent, one per SM; a static walk over the prefill units that alternates direction
+// each round, snake_unit) has a producer warpgroup and two consumer warpgroups (64 packed vectors
+// each):
 //   producer   all 128 threads gather with cp.async: the unit's Q (packed vector n = query row
 //              q_begin + n / G, head kv_head G + n % G; zero past the unit) and, per 128-key
 //              tile, the K and V rows through the page table (zero outside the item's keys),
