@@ -399,6 +399,22 @@ void attention_backward(const BackwardParams& p) {
     if (base_ctas * s >= sms) break;
   }
 
+  // The sm80 kernel's CTA order (BwdArgs::tile_major, cta_work.cuh CtaIndex). Under a plain
+  // causal mask KV tile j of a (sequence, kv head) pair walks ~2 (kv_tiles - j) query tiles (Bc =
+  // 2 Br at d128), and the default grid dispatches pair after pair, so the last pairs' heavy tiles
+  // start late and set the tail (docs/perf/backward_sm80.md, "wave tail and CTA order"). Kv-head
+  // fastest dispatches a sequence's heavy tiles of every head first; then the query-side data in
+  // flight is a whole sequence's (Q, dO, dq_accum, lse2, D of every head), so only where that is
+  // at most twice the L2 (1k and 4k at 16 heads d128 on an H200, not 16k). Dense inputs only
+  // (ragged pairs differ in length), no window (CTAs about equal).
+  bool tile_major = false;
+  if (!ragged && p.mask.causal && p.mask.window_left < 0 && p.mask.window_right < 0 && kv_tiles <= 65535) {
+    int l2 = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, p.device.index));
+    const std::int64_t seq_bytes = static_cast<std::int64_t>(p.seq_q) * p.heads_q * (8 * D + 8);
+    tile_major = seq_bytes <= 2 * static_cast<std::int64_t>(l2);
+  }
+
   // Workspace: dQ accumulator, lse2, D, locks, dK/dV partials (fp32 / int32).
   const std::size_t n_acc = static_cast<std::size_t>(p.heads_q) * p.total_q * D;
   const std::size_t n_row = static_cast<std::size_t>(p.heads_q) * p.total_q;
@@ -442,6 +458,7 @@ void attention_backward(const BackwardParams& p) {
     a.seq_q = p.seq_q; a.seq_k = p.seq_k; a.total_q = p.total_q; a.total_k = p.total_k;
     a.n_splits = splits; a.heads_per_split = group / splits;
     a.lock_stride = lock_stride;
+    a.tile_major = !use_sm90 && tile_major;
     a.scale = p.mask.scale;
     a.scale_log2 = p.mask.scale * 1.4426950408889634f;
     a.softcap = p.mask.softcap;

@@ -31,12 +31,34 @@ struct CtaWork {
   }
 };
 
-// Fills `w` for this CTA; false when its KV tile lies past the sequence (ragged grids are sized
+// Which CTA this is: KV tile, kv head x group split (hs = hkv * n_splits + split), sequence.
+struct CtaIndex {
+  int tile, hs, b;
+  // The grid (kv tiles, heads_kv * n_splits, batch): the sm90 kernel's, and the sm80 one's without
+  // p.tile_major.
+  __device__ __forceinline__ static CtaIndex grid3() {
+    return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
+  }
+  // The sm80 kernel's: p.tile_major launches grid (heads_kv * n_splits, kv tiles, batch), the same
+  // CTAs with the kv head fastest, so within a sequence every kv head's KV tile 0 is dispatched,
+  // then every KV tile 1, ...: under a causal mask the heaviest CTAs go first (longest processing
+  // time first). Pure blockIdx reads, as grid3 (a first version with a 1-D grid and index
+  // arithmetic kept those values live through the main loop and spilled 8-12 B at 255
+  // registers). The deterministic mode's wait for KV tile j - 1 of the same (sequence, hs) stays
+  // safe: that CTA precedes this one in the linear order, as in grid3.
+  __device__ __forceinline__ static CtaIndex of(const BwdArgs& p) {
+    if (p.tile_major)
+      return {static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.z)};
+    return grid3();
+  }
+};
+
+// Fills `w` for CTA `c`; false when its KV tile lies past the sequence (ragged grids are sized
 // by the longest one): CTA-uniform, the caller returns.
 template <int Bc, int Br>
-__device__ __forceinline__ bool cta_work(const BwdArgs& p, CtaWork<Br>& w) {
-  const int b = blockIdx.z;
-  const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
+__device__ __forceinline__ bool cta_work(const BwdArgs& p, CtaWork<Br>& w, const CtaIndex& c) {
+  const int b = c.b;
+  const int hkv = c.hs / p.n_splits, split = c.hs % p.n_splits;
   w.q_len = p.seq_q;
   w.k_len = p.seq_k;
   w.q_row0 = 0;
@@ -51,7 +73,7 @@ __device__ __forceinline__ bool cta_work(const BwdArgs& p, CtaWork<Br>& w) {
     w.q_gr0 = w.q_row0;
     w.k_gr0 = w.k_row0;
   }
-  w.kv0 = static_cast<int>(blockIdx.x) * Bc;
+  w.kv0 = c.tile * Bc;
   if (w.kv0 >= w.k_len) return false;
   w.kv1 = min(w.kv0 + Bc, w.k_len);
   w.mask = math::MaskSpec::make(w.q_len, w.k_len, p.causal, p.window_left, p.window_right);
@@ -74,6 +96,12 @@ __device__ __forceinline__ bool cta_work(const BwdArgs& p, CtaWork<Br>& w) {
   w.n_items = w.n_tiles > 0 ? w.n_tiles * p.heads_per_split : 0;
   w.h0 = hkv * p.group + split * p.heads_per_split;
   return true;
+}
+
+// The grid3 CTA (the sm90 kernel).
+template <int Bc, int Br>
+__device__ __forceinline__ bool cta_work(const BwdArgs& p, CtaWork<Br>& w) {
+  return cta_work<Bc, Br>(p, w, CtaIndex::grid3());
 }
 
 }  // namespace tessera::cuda::backward

@@ -225,13 +225,16 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const int g = lane >> 2, t4 = lane & 3;
   const int kvg = warp % L::kWarpsKV, qg = warp / L::kWarpsKV;
 
-  const int j_tile = blockIdx.x;
-  const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
-  const int b = blockIdx.z;
+  // The CTA order: p.tile_major (cta_work.cuh CtaIndex). NOTE: the runtime select spills 8 B
+  // (bf16 V0, sm_90) at 255 registers; a compile-time order (a template flag) is the next step.
+  const backward::CtaIndex cta = backward::CtaIndex::of(p);
+  const int j_tile = cta.tile;
+  const int hkv = cta.hs / p.n_splits, split = cta.hs % p.n_splits;
+  const int b = cta.b;
 
   // The CTA's sequence bounds and query tiles (cta_work.cuh, shared with the sm90 kernel).
   backward::CtaWork<Br> w;
-  if (!backward::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
+  if (!backward::cta_work<Bc, Br>(p, w, cta)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
   const int q_len = w.q_len, k_len = w.k_len;
   const std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
   const int kv0 = w.kv0, kv1 = w.kv1;
@@ -755,7 +758,9 @@ void launch_main(const BwdArgs& args, void* stream) {
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                             static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   }
-  const dim3 grid(kv_tiles, args.heads_kv * args.n_splits, args.batch);
+  // args.tile_major: the same CTAs, kv head fastest (cta_work.cuh, CtaIndex).
+  const dim3 grid = args.tile_major ? dim3(args.heads_kv * args.n_splits, kv_tiles, args.batch)
+                                    : dim3(kv_tiles, args.heads_kv * args.n_splits, args.batch);
   kernel<<<grid, L::kThreads, L::kSmem, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
