@@ -36,6 +36,7 @@
 #include "cuda/primitives/sm80/red.cuh"
 #include "cuda/sm80/backward/backward.h"
 #include "cuda/backward/cta_work.cuh"
+#include "cuda/backward/dq_turn.cuh"
 #include "cuda/sm80/backward/tiles.h"
 #include "math/mask.h"
 
@@ -404,16 +405,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       if (kDet && p.locks != nullptr) {
         // Deterministic: add after exactly the KV tiles below this one that see tile `it`.
         lock = p.locks + static_cast<std::int64_t>(h_d) * p.lock_stride + q_gr0 / Br + b + it_d;
-        const int expected = j_tile - tile_keys(it_d).begin / Bc;
-        if (tid == 0) {
-          int seen;
-          while (true) {
-            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(lock) : "memory");
-            if (seen == expected) break;
-            __nanosleep(32);
-          }
-        }
-        __syncthreads();
+        backward::wait_for_dq_turn(lock, j_tile - tile_keys(it_d).begin / Bc, tid);
       }
       float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h_d) * p.total_q + q_gr0 + q0_d) * D;
       // kDqPairs (head_dim 128 layout 0, every build; the post kernel is told by backward_entry.cu):
@@ -458,9 +450,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       }
       }
       if (lock != nullptr) {
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock), "r"(1) : "memory");
+        backward::pass_dq_turn(lock, tid);
       }
     };
 
