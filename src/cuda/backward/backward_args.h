@@ -41,11 +41,6 @@ struct BwdArgs {
   int n_splits = 1;         // CTAs sharing one kv head's query heads
   int heads_per_split = 1;  // group / n_splits
   std::int64_t lock_stride = 0;
-  // The sm80 main kernel's CTA order (cta_work.cuh, CtaIndex): false = grid (kv tiles, heads_kv *
-  // n_splits, batch), a (sequence, kv head) pair's KV tiles dispatched together; true = grid
-  // (heads_kv * n_splits, kv tiles, batch), a sequence's kv heads fastest, so under a causal mask
-  // its heavy KV tiles of every head go first.
-  bool tile_major = false;
   float scale = 1.0f;
   float scale_log2 = 1.0f;  // scale * log2(e)
   float softcap = 0.0f;
