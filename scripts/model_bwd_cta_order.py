@@ -74,6 +74,30 @@ def kernel_ms(seq, causal, order, t, F, cd, split_tail=0, jitter=0.0, seeds=1):
     return ms / 1000.0, sum(costs) / SMS / 1000.0
 
 
+def pieces_ms(seq, T, k, t, F, concurrent, F_piece=None, jitter=0.0, seeds=1, bw=4.0e6, launch_us=5.0):
+    """Non-causal tail pieces (the eleventh session's design): the main launch takes KV tiles
+    [0, kv_tiles - T) of every (sequence, head) pair (grid x shortened), a second instance takes the
+    last T tiles of every pair, each split into k query ranges (fp32 dK/dV partials, a reduction
+    kernel sums them in piece order). concurrent: the pieces are dispatched as soon as every main
+    CTA has started (PDL with griddepcontrol.launch_dependents at the main kernel's start), i.e.
+    list scheduling over main + pieces; else the pieces launch after main completes. The partials'
+    reduction (read k x, write 1x in bf16) and its launch are added; F_piece defaults to F."""
+    F_piece = F if F_piece is None else F_piece
+    batch, heads, tiles = 16384 // seq, 16, seq // BC
+    n_qt = seq // BR
+    pairs = batch * heads
+    main = [F + t * n_qt] * ((tiles - T) * pairs)
+    pieces = [F_piece + t * ((r + 1) * n_qt // k - r * n_qt // k) for _ in range(T * pairs) for r in range(k)]
+    red = launch_us + (k * T * pairs * BC * 128 * 4 * 2 + T * pairs * BC * 128 * 2 * 2) / bw if T else 0.0
+    out = 0.0
+    for s in range(seeds):
+        if concurrent or not pieces:
+            out += makespan(main + pieces, jitter=jitter, seed=s)
+        else:
+            out += makespan(main, jitter=jitter, seed=s) + launch_us + makespan(pieces, jitter=jitter, seed=s + 100)
+    return (out / seeds + red) / 1000.0
+
+
 def fit():
     best = None
     for t in [x / 1000 for x in range(4200, 4500, 20)]:
@@ -122,6 +146,15 @@ def main():
             x, _ = kernel_ms(s, 0, "head_major", a.t, a.F, a.cd, (m, k), **j)
             row.append(f"{m}x{k} {(x + a.P) / (base + a.P):.3f}")
         print(" | ".join(row))
+    print("tail pieces (last T KV tiles of every pair in k query ranges; reduction costed; ratio to main):")
+    for s in (16384, 4096, 1024):
+        base = pieces_ms(s, 0, 1, a.t, a.F, True, **j) + a.P
+        for conc in (True, False):
+            for Fp in (a.F, a.F + 10):
+                res = sorted(((pieces_ms(s, T, k, a.t, a.F, conc, Fp, **j) + a.P) / base, T, k)
+                             for T in range(1, min(16, s // BC) + 1) for k in range(2, 9))
+                best = ", ".join(f"T{T} k{k} {r:.3f}" for r, T, k in res[:3])
+                print(f"{s:5d} {'concurrent' if conc else 'serial    '} F_piece {Fp:4.0f}: {best}")
 
 
 if __name__ == "__main__":
