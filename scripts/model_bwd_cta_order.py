@@ -75,7 +75,7 @@ def kernel_ms(seq, causal, order, t, F, cd, split_tail=0, jitter=0.0, seeds=1):
 
 
 def pieces_ms(seq, T, k, t, F, concurrent, F_piece=None, jitter=0.0, seeds=1, bw=4.0e6, launch_us=5.0):
-    """Non-causal tail pieces (the eleventh session's design): the main launch takes KV tiles
+    """Non-causal tail pieces (the tenth session's design): the main launch takes KV tiles
     [0, kv_tiles - T) of every (sequence, head) pair (grid x shortened), a second instance takes the
     last T tiles of every pair, each split into k query ranges (fp32 dK/dV partials, a reduction
     kernel sums them in piece order). concurrent: the pieces are dispatched as soon as every main
