@@ -193,8 +193,10 @@ __device__ __forceinline__ void gemm_sy(float (&acc)[MR * NCOLS / 8][4], std::ui
 #define TESSERA_BWD_MIN_BLOCKS(D, V) (Layout<D, V>::kMinBlocks)
 #endif
 
-// V: the layout variant (tiles.h Cfg<D, V>).
-template <typename T, int D, int V>
+// V: the layout variant (tiles.h Cfg<D, V>). kTileMajor: the CTA order (cta_work.cuh; the grid's
+// x and y swapped), instantiated only where the host uses it (backward.h,
+// launch_backward_main_tile_major).
+template <typename T, int D, int V, bool kTileMajor = false>
 __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS(D, V))
     backward_main_kernel(const BwdArgs p) {
   using L = Layout<D, V>;
@@ -226,13 +228,14 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const int g = lane >> 2, t4 = lane & 3;
   const int kvg = warp % L::kWarpsKV, qg = warp / L::kWarpsKV;
 
-  const int j_tile = blockIdx.x;
-  const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
+  const int j_tile = backward::cta_kv_tile<kTileMajor>();
+  const int hkv = backward::cta_head_split<kTileMajor>() / p.n_splits,
+            split = backward::cta_head_split<kTileMajor>() % p.n_splits;
   const int b = blockIdx.z;
 
   // The CTA's sequence bounds and query tiles (cta_work.cuh, shared with the sm90 kernel).
   backward::CtaWork<Br> w;
-  if (!backward::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
+  if (!backward::cta_work<Bc, Br, kTileMajor>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
   const int q_len = w.q_len, k_len = w.k_len;
   const std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
   const int kv0 = w.kv0, kv1 = w.kv1;
@@ -730,19 +733,23 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   }
 }
 
-template <typename T, int D, int V = 0>
+// kTileMajor: grid (heads_kv * n_splits, kv tiles, batch) instead of (kv tiles, heads_kv *
+// n_splits, batch), the same CTAs in the tile-major order (cta_work.cuh); the caller keeps kv
+// tiles <= 65535 (a grid's y bound).
+template <typename T, int D, int V = 0, bool kTileMajor = false>
 void launch_main(const BwdArgs& args, void* stream) {
   using L = Layout<D, V>;
   const int kv_tiles = (args.seq_k + L::Bc - 1) / L::Bc;
   if (kv_tiles == 0 || args.batch == 0 || args.heads_kv == 0) return;
-  auto kernel = backward_main_kernel<T, D, V>;
+  auto kernel = backward_main_kernel<T, D, V, kTileMajor>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
   if constexpr (L::kMinBlocksSm90 > 1) {
     // Two CTAs need the largest shared carveout (228 KB on sm_90); a hint, harmless elsewhere.
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                             static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   }
-  const dim3 grid(kv_tiles, args.heads_kv * args.n_splits, args.batch);
+  const dim3 grid = kTileMajor ? dim3(args.heads_kv * args.n_splits, kv_tiles, args.batch)
+                               : dim3(kv_tiles, args.heads_kv * args.n_splits, args.batch);
   kernel<<<grid, L::kThreads, L::kSmem, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
