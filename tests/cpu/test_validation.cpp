@@ -569,12 +569,20 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(dispatch::parse_batch_path(nullptr), dispatch::BatchPath::automatic);
   EXPECT_EQ(dispatch::parse_batch_path(""), dispatch::BatchPath::automatic);
   EXPECT_EQ(dispatch::parse_batch_path("sm90"), dispatch::BatchPath::sm90);
-  try {
-    dispatch::parse_batch_path("portable");
-    ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH=portable";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH");
-    EXPECT_NE(std::string(e.what()).find("'sm90', got 'portable'"), std::string::npos) << e.what();
+  EXPECT_EQ(dispatch::parse_batch_path("sm90-coresident"), dispatch::BatchPath::sm90_coresident);
+  // Misspellings of either value (case, underscore, a prefix or a trailing space) are errors
+  // that list every accepted value and quote the value found.
+  for (const char* bad : {"portable", "SM90", "sm90_coresident", "sm90-co", "sm90-coresident ", "coresident"}) {
+    try {
+      dispatch::parse_batch_path(bad);
+      ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH=" << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH");
+      const std::string what = e.what();
+      EXPECT_NE(what.find("expected unset or one of 'sm90', 'sm90-coresident', got '" + std::string(bad) + "'"),
+                std::string::npos)
+          << what;
+    }
   }
 }
 

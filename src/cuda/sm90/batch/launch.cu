@@ -23,13 +23,30 @@ void launch_typed(const batch::BatchArgs& args, long long max_units, int num_sms
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+// The slim policy: the same grid, the kernel's CTAs trigger their programmatic dependents at
+// their start (the decode-only kernel the caller launches next with the programmatic attribute).
+// A plain launch: it depends on the work before it in the stream (plan()'s copies) as usual.
+template <typename T>
+void launch_slim(const batch::BatchArgs& args, long long max_units, int num_sms, cudaStream_t stream) {
+  using Tr = batch_prefill::Traits<128, true>;
+  auto kernel = batch_prefill::prefill_kernel_slim<T, 128>;
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+  const long long grid = std::max(1LL, std::min<long long>(max_units, num_sms));
+  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 bool batch_prefill_applicable(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
+bool batch_prefill_slim_applicable(int head_dim) { return head_dim == 128; }
+
 void launch_batch_prefill(const batch::BatchArgs& args, bool bf16, int head_dim, long long max_units, int num_sms,
-                          void* stream) {
+                          void* stream, bool slim) {
   const auto s = static_cast<cudaStream_t>(stream);
+  if (slim && head_dim == 128)
+    return bf16 ? launch_slim<__nv_bfloat16>(args, max_units, num_sms, s) : launch_slim<__half>(args, max_units, num_sms, s);
   switch (head_dim) {
     case 64: return bf16 ? launch_typed<__nv_bfloat16, 64>(args, max_units, num_sms, s)
                          : launch_typed<__half, 64>(args, max_units, num_sms, s);

@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "cuda/batch/batch_args.h"
+#include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
@@ -48,21 +49,36 @@
 
 namespace tessera::cuda::sm90::batch_prefill {
 
-// Shared memory (from a 1024-byte aligned base): Q [128 x D] | K ring [kStages x 128 x D] |
+// Shared memory (from a 1024-byte aligned base): Q [128 x D] | K ring [kStages x BN x D] |
 // V ring | barriers (q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S]).
-template <int kHeadDim_>
+//
+// Two resource policies of the same code:
+//   fat  (kSlim false): the CTA has the SM to itself (TESSERA_CUDA_BATCH=sm90).
+//   slim (kSlim true, head_dim 128 only; TESSERA_CUDA_BATCH=sm90-coresident, a prototype not
+//        yet run on a GPU): leaves room on the SM for one CTA of the decode-only mma.sync
+//        instance (batch::kDecodeOnly: 128 threads, 147 registers allocated as 152, 106,624 B),
+//        launched as this kernel's programmatic dependent (docs/perf/batch_prefill_sm90.md,
+//        section 5 and "Ninth session: co-resident prototype"): 64-key tiles, 2 stages,
+//        registers capped at 120 at entry (__maxnreg__), setmaxnreg 40 / 160.
+template <int kHeadDim_, bool kSlim_ = false>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kSlim = kSlim_;
+  static_assert(!kSlim || kHeadDim == 128, "the slim policy exists at head_dim 128 only");
   static constexpr int kBlockM = 128;  // packed query vectors per unit: plan::packed_q_rows
-  static constexpr int kBlockN = 128;  // keys per tile
-  // Stages in flight: 3 at d128 (Q 32 KB + 3 x 64 KB), 4 at d64 (16 KB + 4 x 32 KB).
-  static constexpr int kStages = kHeadDim_ == 64 ? 4 : 3;
+  static constexpr int kBlockN = kSlim ? 64 : 128;  // keys per tile
+  // Stages in flight: fat 3 at d128 (Q 32 KB + 3 x 64 KB), 4 at d64 (16 KB + 4 x 32 KB); slim
+  // 2 at d128 (Q 32 KB + 2 x 32 KB: a third stage would need 131,072 B of the 124,800 left).
+  static constexpr int kStages = kSlim ? 2 : (kHeadDim_ == 64 ? 4 : 3);
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
   static constexpr int kConsumerWarps = 8;
-  // 128 x 40 + 256 x 232 = 64,512 registers: the gathering producer needs more than the
-  // forward's single TMA thread.
+  // fat: 128 x 40 + 256 x 232 = 64,512 registers: the gathering producer needs more than the
+  // forward's single TMA thread. slim: 128 x 40 + 256 x 160 = 46,080 = 384 x 120 (the entry
+  // cap), leaving 65,536 - 46,080 = 19,456 = 128 x 152 for one decode-only CTA.
   static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  static constexpr int kConsumerRegs = kSlim ? 160 : 232;
+  static constexpr int kEntryRegs = kSlim ? 120 : 168;  // slim: __maxnreg__; fat: launch bounds (384, 1)
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kEntryRegs, "setmaxnreg stays in the CTA's pool");
   static_assert(kBlockM == plan::packed_q_rows(kHeadDim), "a unit is one Q tile");
   static constexpr int kPanels = kHeadDim / 64;  // 128-byte panels of 64 16-bit columns
   static constexpr int kChunks = kHeadDim / 8;   // 16-byte chunks per row
@@ -77,6 +93,17 @@ struct Traits {
   static constexpr int kBarriers = 2 + 4 * kStages;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
+  static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "the K/V gather: 64 key rows per pass, one or two passes");
+  // Co-residency (slim): this CTA + one decode-only CTA, each with the 1 KB the SM reserves per
+  // CTA, within sm_90's 233,472 bytes (228 KB) of shared memory per SM; registers: this CTA's
+  // 384 x kEntryRegs + the decode-only CTA's 128 x kDecodeCtaRegs <= 65,536.
+  static constexpr int kSmPerSmBytes = 233472;
+  static constexpr int kDecodeCtaSmemBytes = batch::instance_smem_bytes<kHeadDim, batch::kDecodeOnly>();
+  static constexpr int kDecodeCtaRegs = 152;  // ptxas 147 (sm_90, CUDA 13.0), allocated in steps of 8
+  static_assert(!kSlim || kSmemBytes + 1024 + kDecodeCtaSmemBytes + 1024 <= kSmPerSmBytes,
+                "slim: a decode-only CTA fits beside this one in shared memory");
+  static_assert(!kSlim || kThreads * kEntryRegs + 128 * kDecodeCtaRegs <= 65536,
+                "slim: a decode-only CTA fits beside this one in the register file");
 };
 
 // Byte offset of 16-byte chunk `ch` of row `r` in a tile of R rows of 128-byte-swizzled panels.
@@ -107,10 +134,13 @@ __device__ __forceinline__ Unit unit_of(const batch::BatchArgs& a, int u) {
   return un;
 }
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(const __grid_constant__ batch::BatchArgs a) {
-  using Tr = Traits<kHeadDim>;
+// The kernel's body, for either policy (the two __global__ entries below differ only in their
+// register bound).
+template <typename T, typename Tr>
+__device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
+  constexpr int kHeadDim = Tr::kHeadDim;
   constexpr int D = kHeadDim, BN = Tr::kBlockN, S = Tr::kStages;
+  constexpr int kPasses = BN / 64;  // 64 key rows per pass of the K/V gather
   constexpr bool kBf16 = cuda::Traits<T>::is_bf16;
   extern __shared__ unsigned char smem_raw[];
   const std::uint32_t raw_addr = sm80::smem_u32(smem_raw);
@@ -154,7 +184,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
     int it = 0;  // K/V tiles loaded so far (ring position)
     int q_round = 0;
     // Q: thread t copies chunk t % kChunks of rows t / kChunks + i * (128 / kChunks). K / V: the
-    // thread pair (2 p, 2 p + 1) copies rows p and p + 64 of a tile, even / odd chunks.
+    // thread pair (2 p, 2 p + 1) copies rows p (and p + 64 at BN 128) of a tile, even / odd chunks.
     constexpr int kRowStep = 128 / Tr::kChunks;
     const int ch = t % Tr::kChunks, r_first = t / Tr::kChunks;
     const int pair_row = t / 2, half = t % 2;
@@ -197,15 +227,15 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
         const int stage = it % S;
         const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
         const int key0 = (un.t0 + i) * BN;
-        // The copy of a tile: two threads per key row (64 rows per pass, 2 passes), the pair
+        // The copy of a tile: two threads per key row (64 rows per pass, kPasses passes), the pair
         // taking adjacent 16-byte chunks in each instruction so that every 32-byte sector is read
         // whole; a row's page lookup is made once per tile and serves both K and V (the source
         // row of each, or the tensor's base with a zero fill outside the item's keys).
-        const T* krow[2];
-        const T* vrow[2];
-        bool valid[2];
+        const T* krow[kPasses];
+        const T* vrow[kPasses];
+        bool valid[kPasses];
 #pragma unroll
-        for (int pass = 0; pass < 2; ++pass) {
+        for (int pass = 0; pass < kPasses; ++pass) {
           const int j = key0 + pair_row + 64 * pass;
           valid[pass] = j >= un.it.kv_begin && j < un.it.kv_end;
           krow[pass] = kp;
@@ -217,9 +247,9 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
             vrow[pass] = vp + (page * a.v_page + slot * a.v_token + v_head_off + half * 8);
           }
         }
-        auto copy_tile = [&](std::uint32_t dst_tile, const T* const (&row)[2]) {
+        auto copy_tile = [&](std::uint32_t dst_tile, const T* const (&row)[kPasses]) {
 #pragma unroll
-          for (int pass = 0; pass < 2; ++pass) {
+          for (int pass = 0; pass < kPasses; ++pass) {
             const int r = pair_row + 64 * pass;
 #pragma unroll
             for (int k = 0; k < Tr::kChunks / 2; ++k)
@@ -375,6 +405,26 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
     }
   }
   if (c == 0) take_turn();  // the last warpgroup's last arrival: leave the barrier balanced
+}
+
+// The fat policy: alone on the SM (TESSERA_CUDA_BATCH=sm90).
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(const __grid_constant__ batch::BatchArgs a) {
+  prefill_body<T, Traits<kHeadDim>>(a);
+}
+
+// The slim policy (TESSERA_CUDA_BATCH=sm90-coresident, head_dim 128): registers capped at
+// Traits::kEntryRegs at entry (__maxnreg__, which excludes __launch_bounds__; launched with
+// kThreads), so that 384 x 120 + the decode-only CTA's 128 x 152 fit the register file. Every
+// CTA lets its programmatic dependent (the decode-only kernel) launch at once: that grid's CTAs
+// then take the room each SM has left beside this one (griddepcontrol.launch_dependents signals
+// only; the dependent reads nothing this kernel writes, and waits for this grid's completion
+// before it exits, so that the merge after it sees both grids' partials).
+template <typename T, int kHeadDim>
+__global__ void __maxnreg__((Traits<kHeadDim, true>::kEntryRegs))
+    prefill_kernel_slim(const __grid_constant__ batch::BatchArgs a) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  prefill_body<T, Traits<kHeadDim, true>>(a);
 }
 
 }  // namespace tessera::cuda::sm90::batch_prefill
