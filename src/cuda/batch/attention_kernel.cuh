@@ -615,6 +615,15 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
     }
     __syncthreads();  // before the next round rewrites the list
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Decode-only: launched as the programmatic dependent of the slim sm90 prefill kernel
+  // (TESSERA_CUDA_BATCH=sm90-coresident), this grid must not complete before that one, whose
+  // split items' partials the merge after this grid reads: every thread waits here, after its
+  // last unit, for the prerequisite grid's completion and memory flush. Nothing before this
+  // point reads what that kernel writes (its O / LSE rows and partial rows are other rows than
+  // the decode items'). A plain launch has no prerequisite grid in flight: returns at once.
+  if constexpr (kKind == kDecodeOnly) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 }  // namespace tessera::cuda::batch

@@ -68,7 +68,7 @@ int smem_bytes_for(int head_dim) {
 }
 
 template <typename T, int D>
-void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] bool sm90_prefill) {
+void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] dispatch::BatchPath path) {
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
   // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
   // plan() wrote: when that many rows x group fit the decode shape, every item is decode-shaped
@@ -82,10 +82,28 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // Opt-in (TESSERA_CUDA_BATCH=sm90): the prefill-shaped units on the sm90 WGMMA kernel, then
   // the decode-shaped ones on the decode-only instance (which skips the others); the decode
   // launch follows the prefill kernel in stream order, and the merge depends on it.
-  if (sm90_prefill && max_item_vectors > batch::kDecodeMaxRows && sm90::batch_prefill_applicable(D) &&
-      compute_major(p.device.index) == 9) {
-    sm90::launch_batch_prefill(a, std::is_same_v<T, __nv_bfloat16>, D, max_units, num_sms, p.stream);
-    if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+  //
+  // Opt-in prototype (TESSERA_CUDA_BATCH=sm90-coresident, head_dim 128; not yet run on a GPU):
+  // the slim instance of the prefill kernel (room left on every SM for one decode-only CTA),
+  // whose CTAs trigger their dependents at their start, then the decode-only instance as its
+  // programmatic dependent with one CTA per SM (static walk), whose CTAs take that room while
+  // the prefill CTAs run (docs/perf/batch_prefill_sm90.md, "Ninth session: co-resident
+  // prototype"). The chain's correctness: the decode kernel reads only plan arrays, Q and the
+  // cache (written before the prefill kernel in stream order; a dependent starts only after its
+  // primary has started) and writes only decode items' rows; each of its threads executes
+  // griddepcontrol.wait before exiting, so the decode grid completes only after the prefill
+  // grid has completed and its writes are visible; the merge (programmatic dependent of the
+  // decode kernel, waiting for that grid's completion) therefore sees both grids' partials.
+  // Where the decode instance is not sm_90 code it is launched plainly (sequential, correct).
+  const bool coresident = path == dispatch::BatchPath::sm90_coresident && sm90::batch_prefill_slim_applicable(D);
+  if (path != dispatch::BatchPath::automatic && max_item_vectors > batch::kDecodeMaxRows &&
+      sm90::batch_prefill_applicable(D) && compute_major(p.device.index) == 9) {
+    sm90::launch_batch_prefill(a, std::is_same_v<T, __nv_bfloat16>, D, max_units, num_sms, p.stream, coresident);
+    if (a.group <= batch::kDecodeMaxRows) {
+      batch::LaunchOptions options;
+      if (coresident) options = {/*ctas_per_sm=*/1, /*programmatic=*/true};
+      batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream, options);
+    }
     return;
   }
 #endif
@@ -101,11 +119,11 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 }
 
 template <typename T>
-void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, bool sm90_prefill) {
+void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, dispatch::BatchPath path) {
   switch (p.head_dim) {
-    case 64: return launch_instances<T, 64>(a, p, num_sms, sm90_prefill);
-    case 128: return launch_instances<T, 128>(a, p, num_sms, sm90_prefill);
-    case 256: return launch_instances<T, 256>(a, p, num_sms, sm90_prefill);
+    case 64: return launch_instances<T, 64>(a, p, num_sms, path);
+    case 128: return launch_instances<T, 128>(a, p, num_sms, path);
+    case 256: return launch_instances<T, 256>(a, p, num_sms, path);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -221,13 +239,13 @@ void batch_attention_run(const BatchRunParams& p) {
                 "batch attention on CUDA: expected fewer than 2^30 work units (max_items x row blocks), got " +
                     std::to_string(static_cast<long long>(p.layout.max_items) * a.row_blocks));
   // Read on every run (a misspelt value fails here, whatever the shape), before any launch.
-  const bool sm90_prefill = dispatch::batch_path_override() == dispatch::BatchPath::sm90;
+  const dispatch::BatchPath path = dispatch::batch_path_override();
   DeviceScope scope(p.device.index);
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)
-    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, sm90_prefill);
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path);
   else if (p.dtype == DType::f16)
-    launch_for_head_dim<__half>(a, p, num_sms, sm90_prefill);
+    launch_for_head_dim<__half>(a, p, num_sms, path);
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
