@@ -31,6 +31,15 @@ void launch_slim(const batch::BatchArgs& args, long long max_units, int num_sms,
   using Tr = batch_prefill::Traits<128, true>;
   auto kernel = batch_prefill::prefill_kernel_slim<T, 128>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
+  // The largest shared-memory carveout (228 KB on sm_90). Left to itself the driver sizes an
+  // SM's L1 / shared split for this kernel alone (one CTA, register-bound: 100,432 B fits the
+  // 100 KB configuration), and a split does not change while a CTA is resident, so the
+  // decode-only CTA launched next (107,648 B) would find no room: the pair needs 208,080 B,
+  // which only the 228 KB configuration holds (196 KB = 200,704 B). The programming guide's
+  // advice for a kernel that should leave room for later kernels. Not yet run on a GPU: ncu's
+  // "Shared Memory Configuration Size" of this kernel should read 233,472 B.
+  TESSERA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   const long long grid = std::max(1LL, std::min<long long>(max_units, num_sms));
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
