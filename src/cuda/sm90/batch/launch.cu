@@ -4,10 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
 
 #include "cuda/common/check.h"
 #include "cuda/sm90/batch/batch_prefill_sm90.h"
 #include "cuda/sm90/batch/prefill_kernel.cuh"
+#include "tessera/error.h"
 
 namespace tessera::cuda::sm90 {
 
@@ -40,6 +42,19 @@ void launch_slim(const batch::BatchArgs& args, long long max_units, int num_sms,
   // "Shared Memory Configuration Size" of this kernel should read 233,472 B.
   TESSERA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  // setmaxnreg 40 / 160 redistributes the CTA's pool of 384 x (registers at launch): with
+  // fewer than kEntryRegs at launch the consumers' setmaxnreg.inc would wait forever (a hang).
+  // ptxas gives exactly the __maxnreg__ cap today (120); refuse to launch if a build differs.
+  static const int num_regs = [&] {
+    cudaFuncAttributes fa = {};
+    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    return fa.numRegs;
+  }();
+  if (num_regs != Tr::kEntryRegs)
+    throw Error(ErrorCode::unsupported, "TESSERA_CUDA_BATCH",
+                "TESSERA_CUDA_BATCH=sm90-coresident: expected the slim prefill kernel built with " +
+                    std::to_string(Tr::kEntryRegs) + " registers per thread (its setmaxnreg split needs them), got " +
+                    std::to_string(num_regs));
   const long long grid = std::max(1LL, std::min<long long>(max_units, num_sms));
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
