@@ -95,10 +95,27 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // grid has completed and its writes are visible; the merge (programmatic dependent of the
   // decode kernel, waiting for that grid's completion) therefore sees both grids' partials.
   // Where the decode instance is not sm_90 code it is launched plainly (sequential, correct).
+  //
+  // Under sm90-coresident a plan without prefill-shaped items (host summary, p.prefill_items)
+  // runs its decode units on the plain decode-only launch, the grid of the default path (as
+  // many CTAs as fit: 2 per SM at head_dim 128), not on the co-resident grid sized to share
+  // SMs with prefill CTAs that are not there; the slim prefill kernel follows it (it finds no
+  // unit and exits) so that a graph captured around this run still runs the prefill units of a
+  // later plan with some. Decode rows keep their bits: both launches run the same decode-only
+  // instance, and a unit's result depends only on its work item (plan), not on which CTA runs
+  // it or when. Prefill rows stay on the slim kernel whatever the batch holds (its 64-key tiles
+  // round differently from the fat kernel's 128-key tiles, and a request's output must not
+  // depend on the batch: SplitPolicy disabled / fixed, RequestResultsDoNotDependOnTheBatch).
   const bool coresident = path == dispatch::BatchPath::sm90_coresident && sm90::batch_prefill_slim_applicable(D);
   if (path != dispatch::BatchPath::automatic && max_item_vectors > batch::kDecodeMaxRows &&
       sm90::batch_prefill_applicable(D) && compute_major(p.device.index) == 9) {
-    sm90::launch_batch_prefill(a, std::is_same_v<T, __nv_bfloat16>, D, max_units, num_sms, p.stream, coresident);
+    const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+    if (coresident && p.prefill_items == 0 && a.group <= batch::kDecodeMaxRows) {
+      batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+      sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/true);
+      return;
+    }
+    sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, coresident);
     if (a.group <= batch::kDecodeMaxRows) {
       batch::LaunchOptions options;
       if (coresident) options = {/*ctas_per_sm=*/1, /*programmatic=*/true};
