@@ -110,27 +110,69 @@ struct Smem {
 // Issues the cp.async copies of one K and one V tile whose row addresses are in smem: per token
 // {K row address | 1, V row address} (bit 0 marks a token of the item: rows are 16-byte
 // aligned, as launch.cu's batch_attention_supported requires of the cache bases and strides),
-// or the cache bases for a row past the item's keys (zero-filled, nothing read). One
-// 16-byte shared load per row; the addresses were computed once per token (store_row_addresses),
-// not once per 16-byte chunk: the copies of a decode tile cost as many instructions as its math
-// otherwise (docs/perf/mixed_batch.md).
-template <typename Tr>
+// or the cache bases for a row past the item's keys (zero-filled, nothing read). The addresses
+// were computed once per token (store_row_addresses), not once per 16-byte chunk.
+//
+// Thread mapping (kWide): 8 lanes per row, lane c copying chunks c, c + 8, c + 16, ... (kChunks / 8 of
+// them) of rows r0, r0 + kRowStep, ... (r0 = tid / 8, kRowStep = kThreads / 8). A warp
+// instruction thus covers 128 contiguous bytes of each of 4 rows (4 full 128-byte lines, as the
+// previous mapping of 16 lanes per 256-byte row did: the same sectors per request), and every
+// row address read from shared memory serves kChunks / 8 copies of K and as many of V instead
+// of one each. The swizzled destination needs no per-copy arithmetic: (c + 8m) ^ (r & 7) =
+// (c ^ (r & 7)) + 8m, and r & 7 is the same for all of a thread's rows (kRowStep is a multiple
+// of 8), so copy (row r0 + i kRowStep, chunk c + 8m) lands at the thread's first destination +
+// i kRowStep x row bytes + 128 m: immediates. Per row and thread: one 16-byte shared load, the
+// validity bit, two 64-bit additions of the lane's chunk offset, 2 x kChunks / 8 copies (at
+// head_dim 128: 4 rows x 4 copies a tile instead of 8 rows x 2). Same bytes to the same places
+// as before: results are bit-identical. kWide: this mapping, taken by the decode-only instance
+// only; the fused and prefill-only instances keep the previous one (one lane per chunk, one
+// copy per row, operand and thread; code unchanged) so that the fused kernel, at the register
+// cap, keeps its SASS.
+template <typename Tr, bool kWide>
 __device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, int tid) {
-  constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
-  constexpr int kPerThread = Tr::kBlockN / kRowStep;
-  const int c = tid % Tr::kChunks;
-  const int r0 = tid / Tr::kChunks;
   const ulonglong2* rows = sm.rows(stage);
-  const std::uint32_t sk = sm.k(stage), sv = sm.v(stage);
-  const unsigned long long chunk_bytes = 16u * static_cast<unsigned>(c);
+  if constexpr (kWide) {
+    constexpr int kLanesPerRow = 8;                        // 8 x 16 B: one 128-byte line
+    constexpr int kPerRow = Tr::kChunks / kLanesPerRow;    // copies per row, operand and thread
+    constexpr int kRowStep = Tr::kThreads / kLanesPerRow;  // rows covered by one pass
+    constexpr int kPerThread = Tr::kBlockN / kRowStep;     // rows per thread
+    constexpr int kRowBytes = Tr::kChunks * 16;
+    static_assert(Tr::kChunks % kLanesPerRow == 0 && kRowStep % 8 == 0 && Tr::kBlockN % kRowStep == 0,
+                  "whole 128-byte lines per row; a thread's rows share r % 8");
+    const int c = tid % kLanesPerRow;
+    const int r0 = tid / kLanesPerRow;
+    const std::uint32_t dst0 = 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r0, c));
+    const std::uint32_t sk = sm.k(stage) + dst0, sv = sm.v(stage) + dst0;
+    const unsigned long long chunk_bytes = 16u * static_cast<unsigned>(c);
 #pragma unroll
-  for (int it = 0; it < kPerThread; ++it) {
-    const int r = r0 + it * kRowStep;
-    const ulonglong2 a = rows[r];
-    const bool valid = (a.x & 1ull) != 0;
-    const std::uint32_t dst = 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r, c));
-    cp_async_16_zfill(sk + dst, reinterpret_cast<const void*>((a.x & ~1ull) + chunk_bytes), valid);
-    cp_async_16_zfill(sv + dst, reinterpret_cast<const void*>(a.y + chunk_bytes), valid);
+    for (int it = 0; it < kPerThread; ++it) {
+      const ulonglong2 a = rows[r0 + it * kRowStep];
+      const bool valid = (a.x & 1ull) != 0;
+      const char* ksrc = reinterpret_cast<const char*>((a.x & ~1ull) + chunk_bytes);
+      const char* vsrc = reinterpret_cast<const char*>(a.y + chunk_bytes);
+      const std::uint32_t row_off = static_cast<std::uint32_t>(it * kRowStep * kRowBytes);
+#pragma unroll
+      for (int m = 0; m < kPerRow; ++m) {
+        cp_async_16_zfill(sk + row_off + 128u * m, ksrc + 128 * m, valid);
+        cp_async_16_zfill(sv + row_off + 128u * m, vsrc + 128 * m, valid);
+      }
+    }
+  } else {
+    constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
+    constexpr int kPerThread = Tr::kBlockN / kRowStep;
+    const int c = tid % Tr::kChunks;
+    const int r0 = tid / Tr::kChunks;
+    const std::uint32_t sk = sm.k(stage), sv = sm.v(stage);
+    const unsigned long long chunk_bytes = 16u * static_cast<unsigned>(c);
+#pragma unroll
+    for (int it = 0; it < kPerThread; ++it) {
+      const int r = r0 + it * kRowStep;
+      const ulonglong2 a = rows[r];
+      const bool valid = (a.x & 1ull) != 0;
+      const std::uint32_t dst = 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r, c));
+      cp_async_16_zfill(sk + dst, reinterpret_cast<const void*>((a.x & ~1ull) + chunk_bytes), valid);
+      cp_async_16_zfill(sv + dst, reinterpret_cast<const void*>(a.y + chunk_bytes), valid);
+    }
   }
 }
 
@@ -265,7 +307,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Tr::kWarpN / 8][4], std:
 // unit is held by warp (r % 64) / 16 (row group rg = r / 16 % kRowGroups, block mb = r / (16
 // kRowGroups)), as row g (h = 0) or g + 8 (h = 1) of that warp's m16 block mb; with KG = 4
 // every warp holds all 16 rows, for its quarter of each tile's keys.
-template <typename T, int kHeadDim, int kKG>
+// kWide: load_kv_tile's mapping with several copies per row address (decode-only instance).
+template <typename T, int kHeadDim, int kKG, bool kWide = false>
 __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem, int item, int row0) {
   using Tr = Traits<kHeadDim, kKG>;
   const Smem<Tr> sm{smem};
@@ -347,7 +390,7 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   // Prologue 2: tiles 0 .. S-2, one commit group each (Q joins tile 0's group).
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
-    if (st < n_tiles) load_kv_tile<Tr>(sm, st, tid);
+    if (st < n_tiles) load_kv_tile<Tr, kWide>(sm, st, tid);
     cp_async_commit();
   }
 
@@ -405,7 +448,7 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
     cp_async_wait<S - 2>();
     __syncthreads();  // tile n landed for all; everyone is done with tile n-1's stage
     const int st_issue = (n + S - 1) % S;
-    if (n + S - 1 < n_tiles) load_kv_tile<Tr>(sm, st_issue, tid);
+    if (n + S - 1 < n_tiles) load_kv_tile<Tr, kWide>(sm, st_issue, tid);
     cp_async_commit();
     // Page indices of tile n + S: in flight while this tile is computed.
     const int j_next = kv_begin + (n + S) * BN + tid;
@@ -611,7 +654,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
       if (kKind != kDecodeOnly && (kKind == kPrefillOnly || (tagged >> 30) != 0))
         run_unit<T, kHeadDim, 1>(a, smem_raw, item, rb * Pre::kRows);
       else if (kKind != kPrefillOnly)
-        run_unit<T, kHeadDim, 4>(a, smem_raw, item, rb * Dec::kRows);
+        run_unit<T, kHeadDim, 4, kKind == kDecodeOnly>(a, smem_raw, item, rb * Dec::kRows);
     }
     __syncthreads();  // before the next round rewrites the list
   }
