@@ -53,6 +53,12 @@ struct BatchArgs {
   bool causal = false;
   int window_left = -1;
   int window_right = -1;
+
+  // Decode-only instance: null, the static walk (CTA x runs units x, x + grid, ...); else the
+  // plan header's decode_claim word, and CTAs claim the decode-shaped items one at a time
+  // (batch_attention_kernel, claim_decode_units). Set by TESSERA_CUDA_BATCH=sm90-coresident.
+  // Last, so that the other fields keep their parameter offsets.
+  std::uint32_t* decode_claim = nullptr;
 };
 
 // Packed query vectors at or below which an item runs on the decode-shaped kernel (the plan's

@@ -86,9 +86,10 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // Opt-in prototype (TESSERA_CUDA_BATCH=sm90-coresident, head_dim 128; not yet run on a GPU):
   // the slim instance of the prefill kernel (room left on every SM for one decode-only CTA),
   // whose CTAs trigger their dependents at their start, then the decode-only instance as its
-  // programmatic dependent with one CTA per SM (static walk), whose CTAs take that room while
-  // the prefill CTAs run (docs/perf/batch_prefill_sm90.md, "Ninth session: co-resident
-  // prototype"). The chain's correctness: the decode kernel reads only plan arrays, Q and the
+  // programmatic dependent with two CTAs per SM taking decode items by claims, whose first CTAs
+  // take that room while the prefill CTAs run and the rest the slots prefill CTAs leave
+  // (docs/perf/batch_prefill_sm90.md, "Ninth session: co-resident prototype" and "Tenth
+  // session"). The chain's correctness: the decode kernel reads only plan arrays, Q and the
   // cache (written before the prefill kernel in stream order; a dependent starts only after its
   // primary has started) and writes only decode items' rows; each of its threads executes
   // griddepcontrol.wait before exiting, so the decode grid completes only after the prefill
@@ -118,8 +119,16 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
     sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, coresident);
     if (a.group <= batch::kDecodeMaxRows) {
       batch::LaunchOptions options;
-      if (coresident) options = {/*ctas_per_sm=*/1, /*programmatic=*/true};
-      batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream, options);
+      batch::BatchArgs d = a;
+      if (coresident) {
+        // Two CTAs per SM taking decode items by claims (attention_kernel.cuh,
+        // claim_decode_units): the first ones beside the prefill CTAs, the rest in the slots
+        // prefill CTAs leave, all of them until the items run out. The counter lives in the
+        // plan header (device memory; only its address is formed here).
+        options = {/*ctas_per_sm=*/2, /*programmatic=*/true};
+        d.decode_claim = const_cast<std::uint32_t*>(&a.header->decode_claim);
+      }
+      batch::launch_attention<T, D, batch::kDecodeOnly>(d, max_units, num_sms, p.stream, options);
     }
     return;
   }
