@@ -16,9 +16,13 @@
 # the kernel issues their cp.async (items 0 and 1 before the loop, item i+2 after step i's dQ
 # GEMM, into stage i & 1) and tagged with their item.
 # Phase order per step (kernel.cuh, head_dim 128): S^T, P, dP^T, dS, P^T + dS^T stores | pair
-# barrier | dV, dK | wait + barrier B(i) | dQ GEMM, prefetch of item i+2, dQ reductions.
+# barrier | dV, dK | wait + barrier B(i) | dQ GEMM, prefetch of item i+2, dQ reductions. The sm_90
+# build's non-deterministic mode skews it (kSkew): warps with qg = 1 issue their share of item i+2
+# right after B(i) and run dQ of item i in step i+1, after their P^T + dS^T stores and before the
+# pair barrier (on the last step, after B(i) like the others); --sm80 and --det replay the
+# unskewed order, --break skew_stage has the deferred dQ read the wrong stage's dS^T.
 # Update it with the kernel, or delete it once the kernel has passed on a GPU.
-# Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--compact] [--break NAME] [--quick]   (~20 s)
+# Usage: python3 scripts/emulate_bwd_sm80.py [--sm80] [--compact] [--det] [--break NAME] [--quick]   (~20 s)
 # --sm80 replays the sm_80 build's double-buffered S^T/dP^T GEMM order (kDoubleBuffer) and its
 # general copy's P^T stores before the dP^T GEMM (kEarlyPT).
 # --compact replays Cfg<128, 1> (Stages = 1: one Q/dO/dS^T stage, 128.5 KB; A100/A30): item 0
@@ -61,8 +65,10 @@ BREAKS = {
     "db_buffer": "double-buffered S^T/dP^T GEMM consuming the buffer being refilled (with --sm80)",
     "prefetch_early": "step i+2's Q/dO prefetch issued before the pair barrier (before dV/dK read the stage)",
     "prefetch_stage": "step i+2's Q/dO prefetched into the other stage (the one step i+1 reads)",
+    "skew_stage": "the skewed dQ of item i-1 (qg = 1) reads this step's dS^T buffer instead of the other stage's",
 }
 DOUBLE_BUFFER = False  # --sm80: replay the sm_80 build's double-buffered gemm_xyT
+SKEW = False  # the sm_90 build's skewed dQ at Stages = 2, non-deterministic mode (set in main)
 
 
 def swz(W, r, ch):
@@ -305,6 +311,44 @@ def run(case):
                     del_s[st, r] = dsum[h, q0 + r] if r < valid else 0.0
                 stage_item[st] = item
 
+            def dq_warp(w, item, step, ds_off, prefetch=False):  # kernel.cuh dq_phase
+                h = h0 + item // n_tiles
+                q0 = (it0 + item % n_tiles) * Br
+                st = item & 1 if STAGES == 2 else 0
+
+                def step_check(slots):
+                    assert np.all(sm.step[slots] == step), "dQ reads dS^T of another step"
+                kN = kDqCols
+                wm, wn = w % kDqWarpsM, w // kDqWarpsM
+                dq = np.zeros((32, MQ * kN // 8, 4))
+                mi = lane >> 3
+                wmf = 1 if BREAK == "dq_chunk" else MQ
+                a_addr = ds_off + swz(Br, (lane & 7) + (mi >> 1) * 8, 2 * wmf * wm + (mi & 1))
+                cb = wn * kN // 8
+                b_addr = kOffK + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (cb & ~7) * 16 + \
+                    ((((cb & 7) | (lane >> 4)) ^ (lane & 7)) << 4)
+                for t in range(Bc // 16):
+                    a = [sm.ldmatrix(chunk_at(a_addr + t * 16 * (Br * 2), 2 * mq), True, step_check)
+                         for mq in range(MQ)]
+                    for np_ in range(kN // 16):
+                        bb = sm.ldmatrix(chunk_at(b_addr + t * 16 * (D * 2), np_ * 2), True)
+                        for mq in range(MQ):
+                            mma(dq[:, mq * (kN // 8) + 2 * np_], a[mq], bb[:, 0], bb[:, 1])
+                            mma(dq[:, mq * (kN // 8) + 2 * np_ + 1], a[mq], bb[:, 2], bb[:, 3])
+                if prefetch and STAGES == 2 and w == kWarps - 1 and item + 2 < n_items and BREAK != "prefetch_early":
+                    load_item(item + 2, st ^ 1 if BREAK == "prefetch_stage" else st)  # after the dQ GEMM
+                acc_base = (h * q_len + q0) * D  # (h * total_q + q_gr0 + q0) * D, one batch
+                for mq in range(MQ):
+                    for hr in range(2):
+                        r = 16 * (MQ * wm + mq) + g + 8 * hr
+                        ok = q0 + r < q_len
+                        for n in range(kN // 8):
+                            i = mq * (kN // 8) + n
+                            # pair-interleaved columns (kernel.cuh dq_phase): tile n at 16 (n // 2) + 4 t4 + 2 (n % 2)
+                            idx = acc_base + r * D + wn * kN + (4 * t4 + (n // 2) * 16 + 2 * (n % 2) if STAGES == 2 else 2 * t4 + n * 8)
+                            np.add.at(dq_accum, idx[ok], dq[ok, i, 2 * hr])
+                            np.add.at(dq_accum, idx[ok] + 1, dq[ok, i, 2 * hr + 1])
+
             if n_items > 0: load_item(0, 0)
             if STAGES == 2 and n_items > 1: load_item(1, 1)
             for item in range(n_items):
@@ -400,6 +444,13 @@ def run(case):
                             sm.store32(ds_off + off + 8 * Br * 2, dp[:, i, 2], dp[:, i, 3], step, w)
                 if BREAK == "prefetch_early" and item + STAGES < n_items:
                     load_item(item + STAGES, st)
+                # skewed schedule (kernel.cuh kSkew): qg = 1 runs dQ of item i-1 here, after its front
+                # (dS^T(i-1) is in the other stage's block; --break skew_stage reads this step's)
+                if SKEW and item > 0:
+                    prev_off = kOffDS + ((st if BREAK == "skew_stage" else st ^ 1) * kStage)
+                    for w in range(kWarps):
+                        if w // kWarpsKV == 1:
+                            dq_warp(w, item - 1, step - 1, prev_off)
                 # pair barrier; dV += P^T dO, dK += dS^T Q
                 for w in range(kWarps):
                     kvg, kv_row_w, q_col_w, d_col_w, fo = roles[w]
@@ -409,39 +460,15 @@ def run(case):
                 # barrier B(i); Stages = 1: item i+1 into stage 0 (before the dQ GEMM)
                 if STAGES == 1 and item + 1 < n_items and BREAK != "prefetch_early":
                     load_item(item + 1, 0)
-                # dQ_i += dS K_j, 2 x 4 warps of 32 x 32
-                def step_check(slots):
-                    assert np.all(sm.step[slots] == step), "dQ reads dS^T of another step"
+                # dQ_i += dS K_j, 2 x 4 warps of 32 x 32 (dq_warp above); with the skew, qg = 1 runs it
+                # in the next step (above), and its share of item i+2 is issued right after B(i)
+                if SKEW and item + 2 < n_items and BREAK != "prefetch_early":
+                    load_item(item + 2, st ^ 1 if BREAK == "prefetch_stage" else st)
                 for w in range(kWarps):
-                    kN = kDqCols
-                    wm, wn = w % kDqWarpsM, w // kDqWarpsM
-                    dq = np.zeros((32, MQ * kN // 8, 4))
-                    mi = lane >> 3
-                    wmf = 1 if BREAK == "dq_chunk" else MQ
-                    a_addr = ds_off + swz(Br, (lane & 7) + (mi >> 1) * 8, 2 * wmf * wm + (mi & 1))
-                    cb = wn * kN // 8
-                    b_addr = kOffK + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (cb & ~7) * 16 + \
-                        ((((cb & 7) | (lane >> 4)) ^ (lane & 7)) << 4)
-                    for t in range(Bc // 16):
-                        a = [sm.ldmatrix(chunk_at(a_addr + t * 16 * (Br * 2), 2 * mq), True, step_check)
-                             for mq in range(MQ)]
-                        for np_ in range(kN // 16):
-                            bb = sm.ldmatrix(chunk_at(b_addr + t * 16 * (D * 2), np_ * 2), True)
-                            for mq in range(MQ):
-                                mma(dq[:, mq * (kN // 8) + 2 * np_], a[mq], bb[:, 0], bb[:, 1])
-                                mma(dq[:, mq * (kN // 8) + 2 * np_ + 1], a[mq], bb[:, 2], bb[:, 3])
-                    if STAGES == 2 and w == kWarps - 1 and item + 2 < n_items and BREAK != "prefetch_early":
-                        load_item(item + 2, st ^ 1 if BREAK == "prefetch_stage" else st)  # after the dQ GEMM
-                    acc_base = (h * q_len + q0) * D  # (h * total_q + q_gr0 + q0) * D, one batch
-                    for mq in range(MQ):
-                        for hr in range(2):
-                            r = 16 * (MQ * wm + mq) + g + 8 * hr
-                            ok = q0 + r < q_len
-                            for n in range(kN // 8):
-                                i = mq * (kN // 8) + n
-                                idx = acc_base + r * D + wn * kN + 2 * t4 + n * 8
-                                np.add.at(dq_accum, idx[ok], dq[ok, i, 2 * hr])
-                                np.add.at(dq_accum, idx[ok] + 1, dq[ok, i, 2 * hr + 1])
+                    if SKEW and w // kWarpsKV == 1 and item + 1 < n_items:
+                        continue  # deferred to step i+1, after its front
+                    dq_warp(w, item, step, ds_off, prefetch=not SKEW)
+
             # epilogue (n_splits == 1): dK * scale, dV
             for w in range(kWarps):
                 kvg, kv_row_w, q_col_w, d_col_w, fo = roles[w] if n_items else (
@@ -464,7 +491,13 @@ def run(case):
     if n_splits > 1:  # post kernel: fixed-order sum of the partials
         dk_out = dk_part.reshape(n_splits, k_len, hkv_n, D).sum(axis=0)
         dv_out = dv_part.reshape(n_splits, k_len, hkv_n, D).sum(axis=0)
-    dq = dq_accum.reshape(hq, q_len, D) * scale  # post kernel: dQ = scale * accumulator
+    # post kernel: dQ = scale * accumulator, columns read back in order (thread sub: pairs at
+    # 16 (sub // 2) + 2 (sub % 2) + 4 k, k = 0..3)
+    col = np.arange(D)
+    sub, kk, e = col // 8, (col % 8) // 2, col % 2
+    phys = (sub // 2) * 16 + 2 * (sub % 2) + 4 * kk + e if STAGES == 2 else col  # layout 0 only (kDqPairs)
+    assert sorted(phys) == list(range(D))
+    dq = dq_accum.reshape(hq, q_len, D)[:, :, phys] * scale
     errs = {}
     for name, got, ref in (("dQ", dq, dQr), ("dK", dk_out.transpose(1, 0, 2), dKr), ("dV", dv_out.transpose(1, 0, 2), dVr)):
         errs[name] = float(np.max(np.abs(got - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
@@ -488,12 +521,18 @@ def main():
     ap.add_argument("--quick", action="store_true", help="first case only")
     ap.add_argument("--sm80", action="store_true", help="the sm_80 build's double-buffered gemm_xyT order")
     ap.add_argument("--compact", action="store_true", help="Cfg<128, 1>: Stages = 1 (read at import)")
+    ap.add_argument("--det", action="store_true", help="deterministic mode's order (no skewed dQ)")
     a = ap.parse_args()
     if a.brk == "prefetch_stage" and STAGES == 1:
         ap.error("--break prefetch_stage needs two stages (not --compact)")
-    global DOUBLE_BUFFER
+    global DOUBLE_BUFFER, SKEW
     BREAK, DOUBLE_BUFFER = a.brk, a.sm80
+    # kernel.cuh kSkew: sm_90 builds, two stages, not the deterministic mode
+    SKEW = STAGES == 2 and not a.sm80 and not a.det
+    if a.brk == "skew_stage" and not SKEW:
+        ap.error("--break skew_stage needs the skewed schedule (two stages, no --sm80 / --det)")
     print("gemm_xyT order:", "sm_80 build (double-buffered)" if DOUBLE_BUFFER else "sm_90 build (plain loop)")
+    print("dQ schedule:", "skewed (qg = 1 one step late)" if SKEW else "every warp after B(i)")
     print(f"stages: {STAGES} (smem {kSmem} B)")
     if BREAK: print(f"broken variant: {BREAK}: {BREAKS[BREAK]}")
     ok = True

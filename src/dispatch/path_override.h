@@ -3,13 +3,14 @@
 //   TESSERA_CUDA_BACKWARD = portable | portable-compact | portable-compact2
 //                           (the sm80 main kernel; the compact ones also force its compact
 //                           head_dim 128 layouts, see docs/TESTING.md)
-//   TESSERA_CUDA_BATCH    = sm90 | sm90-coresident                    (BatchAttention's prefill
-//                           units on the sm90 WGMMA kernel, head_dim 64 and 128 on compute capability
-//                           9.0; being brought up: docs/perf/batch_prefill_sm90.md. sm90-coresident:
-//                           a prototype (step 5, not yet run on a GPU): at head_dim 128 a register-
-//                           and smem-slim instance of that kernel, with the decode-only kernel
-//                           launched as its programmatic dependent so that one decode CTA shares
-//                           each SM with a prefill CTA; elsewhere the same as sm90)
+//   TESSERA_CUDA_BATCH    = portable | sm90 | sm90-coresident         (BatchAttention's prefill
+//                           units: on compute capability 9.0 at head_dim 64 and 128 they run on
+//                           the sm90 WGMMA kernel by default (sm90 asks for it explicitly);
+//                           portable keeps the mma.sync kernels: docs/perf/batch_prefill_sm90.md.
+//                           sm90-coresident: at head_dim 128 a register- and smem-slim instance of
+//                           that kernel, with the decode-only kernel launched as its programmatic
+//                           dependent so that one decode CTA shares each SM with a prefill CTA;
+//                           elsewhere the same as sm90)
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
 // a misspelt override must not silently run the default path.
@@ -27,7 +28,7 @@ namespace tessera::dispatch {
 
 enum class ForwardPath { automatic, portable };
 enum class BackwardPath { automatic, portable, portable_compact, portable_compact2 };
-enum class BatchPath { automatic, sm90, sm90_coresident };
+enum class BatchPath { automatic, sm90, portable, sm90_coresident };
 
 [[noreturn]] inline void bad_path_override(const char* variable, const char* accepted, const char* value) {
   throw Error(ErrorCode::invalid_argument, variable,
@@ -52,8 +53,9 @@ inline BackwardPath parse_backward_path(const char* value) {
 inline BatchPath parse_batch_path(const char* value) {
   if (value == nullptr || *value == '\0') return BatchPath::automatic;
   if (std::strcmp(value, "sm90") == 0) return BatchPath::sm90;
+  if (std::strcmp(value, "portable") == 0) return BatchPath::portable;
   if (std::strcmp(value, "sm90-coresident") == 0) return BatchPath::sm90_coresident;
-  bad_path_override("TESSERA_CUDA_BATCH", "'sm90', 'sm90-coresident'", value);
+  bad_path_override("TESSERA_CUDA_BATCH", "'portable', 'sm90', 'sm90-coresident'", value);
 }
 
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }

@@ -569,17 +569,19 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(dispatch::parse_batch_path(nullptr), dispatch::BatchPath::automatic);
   EXPECT_EQ(dispatch::parse_batch_path(""), dispatch::BatchPath::automatic);
   EXPECT_EQ(dispatch::parse_batch_path("sm90"), dispatch::BatchPath::sm90);
+  EXPECT_EQ(dispatch::parse_batch_path("portable"), dispatch::BatchPath::portable);
   EXPECT_EQ(dispatch::parse_batch_path("sm90-coresident"), dispatch::BatchPath::sm90_coresident);
-  // Misspellings of either value (case, underscore, a prefix or a trailing space) are errors
+  // Misspellings of any value (case, underscore, a prefix or a leading/trailing space) are errors
   // that list every accepted value and quote the value found.
-  for (const char* bad : {"portable", "SM90", "sm90_coresident", "sm90-co", "sm90-coresident ", "coresident"}) {
+  for (const char* bad : {"SM90", "sm80", "portable-compact", " sm90", "sm90_coresident", "sm90-co",
+                          "sm90-coresident ", "coresident"}) {
     try {
       dispatch::parse_batch_path(bad);
       ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH=" << bad;
     } catch (const Error& e) {
       EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH");
       const std::string what = e.what();
-      EXPECT_NE(what.find("expected unset or one of 'sm90', 'sm90-coresident', got '" + std::string(bad) + "'"),
+      EXPECT_NE(what.find("expected unset or one of 'portable', 'sm90', 'sm90-coresident', got '" + std::string(bad) + "'"),
                 std::string::npos)
           << what;
     }

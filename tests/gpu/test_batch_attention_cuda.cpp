@@ -501,8 +501,9 @@ TEST(BatchCuda, TwoBlockItemsEdges) {
 }
 
 // Prefill edges for the sm90 batch-prefill kernel (docs/perf/batch_prefill_sm90.md, step 1; it
-// runs under TESSERA_CUDA_BATCH=sm90 on compute capability 9.0, the CTest entry
-// gpu.test_batch_attention_cuda_sm90; elsewhere the default kernels face the same cases): odd
+// takes these cases by default on compute capability 9.0; the CTest entry
+// gpu.test_batch_attention_cuda_portable, TESSERA_CUDA_BATCH=portable, gives them to the mma.sync
+// kernels, which are the default elsewhere): odd
 // lengths, seq_q != seq_k both ways (q > kv under causal: fully masked rows), empty KV, items
 // whose keys start or end inside a 128-key tile (splits of 96 and 64 keys), soft cap, groups 1,
 // 3, 4, 5 and 256 (two units per row) at head_dim 128.

@@ -160,6 +160,10 @@ struct PostArgs {
   int heads;
   int splits;  // dk/dv: number of partials; 0 = the dq layout
   RowMap rows;
+  // dq only: src's columns are pair-interleaved within each 16-column group, as the sm80 main
+  // kernel's head_dim 128 layout 0 writes them (kernel.cuh, kDqPairs): column 16 G + 8 h + 2 k + e
+  // sits at 16 G + 4 k + 2 h + e. Every other main kernel writes them in order (false).
+  bool dq_pairs = false;
 };
 
 // dst(row, head) = scale * src, or the fixed-order sum of the split partials.
@@ -171,9 +175,20 @@ __global__ void __launch_bounds__(256) backward_post_kernel(const PostArgs a) {
   const int h = static_cast<int>(item % a.heads);
   const std::int64_t gr = item / a.heads;
   if (a.splits == 0) {
-    const float4* s = reinterpret_cast<const float4*>(a.src + (static_cast<std::int64_t>(h) * a.total + gr) * D + sub * 8);
-    const float4 x = s[0], y = s[1];
-    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w; v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
+    const float* row = a.src + (static_cast<std::int64_t>(h) * a.total + gr) * D;
+    if (a.dq_pairs) {
+      // This thread's columns 8 sub .. + 7 (group sub / 2, half sub & 1): pairs at 4 k + 2 (sub & 1).
+      const float* s = row + (sub >> 1) * 16 + 2 * (sub & 1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 x = *reinterpret_cast<const float2*>(s + 4 * k);
+        v[2 * k] = x.x; v[2 * k + 1] = x.y;
+      }
+    } else {
+      const float4* s = reinterpret_cast<const float4*>(row + sub * 8);
+      const float4 x = s[0], y = s[1];
+      v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w; v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = 0.0f;
@@ -231,7 +246,9 @@ void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre,
   (void)use_sm90;
   launch_sm80_main<T, D>(args, variant, stream);
 #endif
-  launch_post<T, D>(post_dq, stream);
+  PostArgs dq = post_dq;
+  dq.dq_pairs = !use_sm90 && D == 128 && variant == 0;  // kernel.cuh kDqPairs (sm80 layout 0)
+  launch_post<T, D>(dq, stream);
   if (args.n_splits > 1) {
     launch_post<T, D>(post_dk, stream);
     launch_post<T, D>(post_dv, stream);

@@ -79,11 +79,12 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
 #if defined(TESSERA_HAS_SM90_KERNELS)
-  // Opt-in (TESSERA_CUDA_BATCH=sm90): the prefill-shaped units on the sm90 WGMMA kernel, then
+  // Default on compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off): the prefill-shaped
+  // units on the sm90 WGMMA kernel, then
   // the decode-shaped ones on the decode-only instance (which skips the others); the decode
   // launch follows the prefill kernel in stream order, and the merge depends on it.
   //
-  // Opt-in prototype (TESSERA_CUDA_BATCH=sm90-coresident, head_dim 128; not yet run on a GPU):
+  // Opt-in (TESSERA_CUDA_BATCH=sm90-coresident, head_dim 128):
   // the slim instance of the prefill kernel (room left on every SM for one decode-only CTA),
   // whose CTAs trigger their dependents at their start, then the decode-only instance as its
   // programmatic dependent with two CTAs per SM taking decode items by claims, whose first CTAs
@@ -108,7 +109,7 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // round differently from the fat kernel's 128-key tiles, and a request's output must not
   // depend on the batch: SplitPolicy disabled / fixed, RequestResultsDoNotDependOnTheBatch).
   const bool coresident = path == dispatch::BatchPath::sm90_coresident && sm90::batch_prefill_slim_applicable(D);
-  if (path != dispatch::BatchPath::automatic && max_item_vectors > batch::kDecodeMaxRows &&
+  if (path != dispatch::BatchPath::portable && max_item_vectors > batch::kDecodeMaxRows &&
       sm90::batch_prefill_applicable(D) && compute_major(p.device.index) == 9) {
     const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
     if (coresident && p.prefill_items == 0 && a.group <= batch::kDecodeMaxRows) {
@@ -265,6 +266,8 @@ void batch_attention_run(const BatchRunParams& p) {
                 "batch attention on CUDA: expected fewer than 2^30 work units (max_items x row blocks), got " +
                     std::to_string(static_cast<long long>(p.layout.max_items) * a.row_blocks));
   // Read on every run (a misspelt value fails here, whatever the shape), before any launch.
+  // The sm90 prefill kernel unless TESSERA_CUDA_BATCH=portable (launch_instances still takes it
+  // only on compute capability 9.0 at head_dim 64 and 128); sm90-coresident picks its slim policy.
   const dispatch::BatchPath path = dispatch::batch_path_override();
   DeviceScope scope(p.device.index);
   const int num_sms = multiprocessor_count(p.device.index);

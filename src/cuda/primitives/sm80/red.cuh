@@ -18,4 +18,18 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 #endif
 }
 
+// dst[0..3] += (a, b, c, d), one 16-byte vector RED on sm_90 (four scalar atomics before).
+// dst: 16-byte aligned.
+__device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c),
+               "f"(d));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+  atomicAdd(dst + 2, c);
+  atomicAdd(dst + 3, d);
+#endif
+}
+
 }  // namespace tessera::cuda::sm80

@@ -295,6 +295,23 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     }
   }
 
+  // Skewed schedule at head_dim 128 (MR > 1, two stages; docs/perf/backward_sm80.md, "Ninth
+  // session"): the two warps of a scheduler, w and w + 4, sit in lockstep (pair barriers, B(i)),
+  // so the ~1.5 k cycles per step in which neither issues an HMMA (step i+2's address arithmetic,
+  // the 16 dQ reductions and their drain, the loop top) left the tensor pipe idle. With the skew,
+  // qg = 1 defers its dQ GEMM and reductions to after its next front(), so each scheduler runs
+  // one warp's tail under the other's HMMAs. Not in the deterministic mode: its lock barriers
+  // (bar.sync 0 inside dq_phase) must be one instruction for all warps, so it keeps the order.
+  // sm_90 builds only: the sm_80 build spilled 8 B (bf16) with it, 16-24 B with the barrier-id
+  // measure below; and no compute-capability-8.x device runs this layout (A100/A30 take the
+  // compact layout 1, sm_86/89 layout 2: backward_variant), so sm_80 keeps the unskewed order.
+  constexpr bool kSkew = MR > 1 && Stages == 2 && !kSm80D128;
+  // dq_accum column order (dq_phase): pair-interleaved for head_dim 128 layout 0 in every build
+  // (backward_entry.cu's dq_pairs must match: D == 128, variant 0, sm80 main kernel), in order
+  // for the others (the compact layout 1 spilled 4 B bf16 on sm_90 with the interleaved one).
+  constexpr bool kDqPairs = MR > 1 && Stages == 2 && L::kDqCols % 16 == 0;
+  const bool defer_dq = kSkew && qg == 1 && p.locks == nullptr;
+
   for (int item = 0; item < n_items; ++item) {
     const int st = Stages == 2 ? (item & 1) : 0;
     const int h = h0 + item / n_tiles;
@@ -336,6 +353,113 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     };
     // Element masking only where the tile is not wholly visible or hangs over k_len.
     const bool need_mask = kv1 < kv0 + Bc || !math::tile_fully_visible(mask, q0, min(q0 + Br, q_len), kv0, kv1);
+
+    // ---- dQ_i += dS K_j for one work item (query head h_d, tile it_d, its dS^T at ds_off_d):
+    // warps tile (Br, D) as 4 x 2 (2 x 4 of 32 x 32 at head_dim 128), then fp32 reductions into
+    // dq_accum. `after_gemm` runs between the GEMM and the reductions (head_dim 128: the
+    // prefetch); det_tag false leaves the deterministic path out (the skewed call site).
+    auto dq_phase = [&](const int h_d, const int it_d, const int ds_off_d, auto&& after_gemm, auto det_tag) {
+      constexpr bool kDet = decltype(det_tag)::value;
+      const int q0_d = it_d * Br;
+      constexpr int kN = L::kDqCols, MQ = L::MQ;
+      const int wm = warp % L::kDqWarpsM, wn = warp / L::kDqWarpsM;
+      float dq[MQ * kN / 8][4];  // index mq * kN / 8 + n: query rows 16 (MQ wm + mq) ..
+#pragma unroll
+      for (int n = 0; n < MQ * kN / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+      const int mi = lane >> 3;
+      // A = dS (m = query, k = KV) read transposed from dS^T; t * 16 rows keep (row & 7).
+      // Atom mq is chunk 2 (MQ wm + mq) + (mi & 1); 2 mq never overlaps 2 MQ wm + (mi & 1)
+      // (MQ is 1 or 2), so it is one XOR with an immediate (chunk_at).
+      static_assert(MQ == 1 || MQ == 2, "chunk bits of the dS^T A fragments");
+      const std::uint32_t a_addr = s_base + ds_off_d + swz<Br>((lane & 7) + (mi >> 1) * 8, 2 * MQ * wm + (mi & 1));
+      // Chunk = cb + 2 np + lane bit with cb = wn * kN / 8; cb & 7 is 0, or 4 with np < 2
+      // (head_dim 64, 128), so its low bits join the key without carries.
+      const int cb = wn * kN / 8;
+      const std::uint32_t b_addr = sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (cb & ~7) * 16 +
+                                   ((((cb & 7) | (lane >> 4)) ^ (lane & 7)) << 4);
+      static_assert((kN / 8) % 8 == 0 || ((kN / 8) % 4 == 0 && kN / 16 <= 2), "cb & 7 must not overlap 2 * np");
+#pragma unroll
+      for (int t = 0; t < Bc / 16; ++t) {
+        std::uint32_t a[MQ][4];
+#pragma unroll
+        for (int mq = 0; mq < MQ; ++mq) ldmatrix_x4_trans(a[mq], chunk_at(a_addr + t * 16 * (Br * 2), 2 * mq));
+#pragma unroll
+        for (int np = 0; np < kN / 16; ++np) {
+          std::uint32_t bb[4];
+          ldmatrix_x4_trans(bb, chunk_at(b_addr + t * 16 * (D * 2), np * 2));
+#pragma unroll
+          for (int mq = 0; mq < MQ; ++mq) {
+            mma_m16n8k16<kBf16>(dq[mq * (kN / 8) + 2 * np], a[mq], bb[0], bb[1]);
+            mma_m16n8k16<kBf16>(dq[mq * (kN / 8) + 2 * np + 1], a[mq], bb[2], bb[3]);
+          }
+        }
+      }
+
+      after_gemm();
+
+      int* lock = nullptr;
+      if (kDet && p.locks != nullptr) {
+        // Deterministic: add after exactly the KV tiles below this one that see tile `it`.
+        lock = p.locks + static_cast<std::int64_t>(h_d) * p.lock_stride + q_gr0 / Br + b + it_d;
+        const int expected = j_tile - tile_keys(it_d).begin / Bc;
+        if (tid == 0) {
+          int seen;
+          while (true) {
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(lock) : "memory");
+            if (seen == expected) break;
+            __nanosleep(32);
+          }
+        }
+        __syncthreads();
+      }
+      float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h_d) * p.total_q + q_gr0 + q0_d) * D;
+      // kDqPairs (head_dim 128 layout 0, every build; the post kernel is told by backward_entry.cu):
+      // dq_accum's columns are pair-interleaved within each 16-column group: a thread's two n8 tiles 2 np, 2 np + 1 (columns 16 np + 2 t4 + {0, 1} and
+      // 16 np + 8 + 2 t4 + {0, 1}) sit at 16 np + 4 t4 + {0, 1, 2, 3}, one 16-byte vector, so the
+      // sm_90 common path issues 8 v4 reductions per warp instead of 16 v2 (same sectors, half
+      // the requests); the post kernel reads the columns back in order.
+#pragma unroll
+      for (int mq = 0; mq < MQ; ++mq) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * (MQ * wm + mq) + g + 8 * hr;
+        if (q0_d + r < q_len) {
+          float* row = acc_base + static_cast<std::int64_t>(r) * D + wn * kN + (kDqPairs ? 4 : 2) * t4;
+#pragma unroll
+          for (int np = 0; np < kN / 16; ++np) {
+            const int i0 = mq * (kN / 8) + 2 * np, i1 = i0 + 1;
+            float* dst = row + np * 16;
+            const int o1 = kDqPairs ? 2 : 8;  // tile i1's offset from tile i0's
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            if ((WQ == 2 && MR == 1) || lock != nullptr) {  // head_dim 256: two paths spilled ~200 B
+              atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[i0][2 * hr], dq[i0][2 * hr + 1]));
+              atomicAdd(reinterpret_cast<float2*>(dst + o1), make_float2(dq[i1][2 * hr], dq[i1][2 * hr + 1]));
+            } else {
+              // Fire-and-forget reduction (RED): atomicAdd's ATOMG returns the old values and
+              // the warp waits on that round trip at the next reuse of the registers.
+              if constexpr (kDqPairs) {
+                red_add_f32x4(dst, dq[i0][2 * hr], dq[i0][2 * hr + 1], dq[i1][2 * hr], dq[i1][2 * hr + 1]);
+              } else {
+                red_add_f32x2(dst, dq[i0][2 * hr], dq[i0][2 * hr + 1]);
+                red_add_f32x2(dst + o1, dq[i1][2 * hr], dq[i1][2 * hr + 1]);
+              }
+            }
+#else
+            atomicAdd(dst, dq[i0][2 * hr]);
+            atomicAdd(dst + 1, dq[i0][2 * hr + 1]);
+            atomicAdd(dst + o1, dq[i1][2 * hr]);
+            atomicAdd(dst + o1 + 1, dq[i1][2 * hr + 1]);
+#endif
+          }
+        }
+      }
+      }
+      if (lock != nullptr) {
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock), "r"(1) : "memory");
+      }
+    };
 
     // ---- S^T and P^T (in place, fp32) ----
     float s_acc[MR * kQCols / 8][4];  // index m * kQCols / 8 + n
@@ -434,9 +558,29 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
         }
       };
       if (need_mask || softcap_on) front(std::true_type{}); else front(std::false_type{});
+      // Skewed schedule (kSkew, see dq_phase): the warps of the second query-column half
+      // (qg = 1) run the previous step's dQ GEMM and reductions here, after their own S^T / dP^T
+      // work; the first half (qg = 0) ran them right after B(i-1). dS^T(i-1) is in the other
+      // stage's block, which front(i) does not write; its next writer, front(i+1), follows B(i).
+      if constexpr (kSkew) {
+        if (defer_dq && item > 0) {
+          const int ip = item - 1;
+          dq_phase(h0 + ip / n_tiles, it0 + ip % n_tiles, L::kOffDS + (st ^ 1) * L::kStage, [] {},
+                   std::false_type{});
+        }
+      }
       // The pair's P^T and dS^T rows are complete after its barrier; dV and dK read their A
       // operands one k16 slice at a time.
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+      int bar_id = 1 + kvg;
+      if constexpr (kSkew) {
+        // With the skewed dQ above ptxas hoisted the barrier id out of the loop and spilled it
+        // (4 B bf16, 12 B f16 with two more loop constants); rebuilt here per step from an opaque
+        // copy of the thread index (2 integer instructions), the build has no spill.
+        int t = tid;
+        asm volatile("" : "+r"(t));
+        bar_id = 1 + ((t >> 5) % L::kWarpsKV);
+      }
+      asm volatile("bar.sync %0, %1;" ::"r"(bar_id), "n"(64) : "memory");
       gemm_sy<kBf16, D, Br, kDCols, MR>(dv_acc, sPT, kv_row_w, sDO, d_col_w, lane);
       gemm_sy<kBf16, D, Br, kDCols, MR>(dk_acc, s_base + ds_off, kv_row_w, sQ, d_col_w, lane);
     } else {
@@ -549,91 +693,12 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     constexpr bool kPrefetchAfterDq = MR > 1 && Stages == 2;
     if constexpr (!kPrefetchAfterDq) prefetch();
 
-    // ---- dQ_i += dS K_j: warps tile (Br, D) as 4 x 2 ----
-    {
-      constexpr int kN = L::kDqCols, MQ = L::MQ;
-      const int wm = warp % L::kDqWarpsM, wn = warp / L::kDqWarpsM;
-      float dq[MQ * kN / 8][4];  // index mq * kN / 8 + n: query rows 16 (MQ wm + mq) ..
-#pragma unroll
-      for (int n = 0; n < MQ * kN / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-      const int mi = lane >> 3;
-      // A = dS (m = query, k = KV) read transposed from dS^T; t * 16 rows keep (row & 7).
-      // Atom mq is chunk 2 (MQ wm + mq) + (mi & 1); 2 mq never overlaps 2 MQ wm + (mi & 1)
-      // (MQ is 1 or 2), so it is one XOR with an immediate (chunk_at).
-      static_assert(MQ == 1 || MQ == 2, "chunk bits of the dS^T A fragments");
-      const std::uint32_t a_addr = s_base + ds_off + swz<Br>((lane & 7) + (mi >> 1) * 8, 2 * MQ * wm + (mi & 1));
-      // Chunk = cb + 2 np + lane bit with cb = wn * kN / 8; cb & 7 is 0, or 4 with np < 2
-      // (head_dim 64, 128), so its low bits join the key without carries.
-      const int cb = wn * kN / 8;
-      const std::uint32_t b_addr = sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * (D * 2) + (cb & ~7) * 16 +
-                                   ((((cb & 7) | (lane >> 4)) ^ (lane & 7)) << 4);
-      static_assert((kN / 8) % 8 == 0 || ((kN / 8) % 4 == 0 && kN / 16 <= 2), "cb & 7 must not overlap 2 * np");
-#pragma unroll
-      for (int t = 0; t < Bc / 16; ++t) {
-        std::uint32_t a[MQ][4];
-#pragma unroll
-        for (int mq = 0; mq < MQ; ++mq) ldmatrix_x4_trans(a[mq], chunk_at(a_addr + t * 16 * (Br * 2), 2 * mq));
-#pragma unroll
-        for (int np = 0; np < kN / 16; ++np) {
-          std::uint32_t bb[4];
-          ldmatrix_x4_trans(bb, chunk_at(b_addr + t * 16 * (D * 2), np * 2));
-#pragma unroll
-          for (int mq = 0; mq < MQ; ++mq) {
-            mma_m16n8k16<kBf16>(dq[mq * (kN / 8) + 2 * np], a[mq], bb[0], bb[1]);
-            mma_m16n8k16<kBf16>(dq[mq * (kN / 8) + 2 * np + 1], a[mq], bb[2], bb[3]);
-          }
-        }
-      }
-
-      if constexpr (kPrefetchAfterDq) prefetch();
-
-      int* lock = nullptr;
-      if (p.locks != nullptr) {
-        // Deterministic: add after exactly the KV tiles below this one that see tile `it`.
-        lock = p.locks + static_cast<std::int64_t>(h) * p.lock_stride + q_gr0 / Br + b + it;
-        const int expected = j_tile - tile_keys(it).begin / Bc;
-        if (tid == 0) {
-          int seen;
-          while (true) {
-            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(lock) : "memory");
-            if (seen == expected) break;
-            __nanosleep(32);
-          }
-        }
-        __syncthreads();
-      }
-      float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h) * p.total_q + q_gr0 + q0) * D;
-#pragma unroll
-      for (int mq = 0; mq < MQ; ++mq) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = 16 * (MQ * wm + mq) + g + 8 * hr;
-        if (q0 + r < q_len) {
-          float* row = acc_base + static_cast<std::int64_t>(r) * D + wn * kN + 2 * t4;
-#pragma unroll
-          for (int n = 0; n < kN / 8; ++n) {
-            const int i = mq * (kN / 8) + n;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            if ((WQ == 2 && MR == 1) || lock != nullptr) {  // head_dim 256: two paths spilled ~200 B
-              atomicAdd(reinterpret_cast<float2*>(row + n * 8), make_float2(dq[i][2 * hr], dq[i][2 * hr + 1]));
-            } else {
-              // Fire-and-forget reduction (RED): atomicAdd's ATOMG returns the old values and
-              // the warp waits on that round trip at the next reuse of the registers.
-              red_add_f32x2(row + n * 8, dq[i][2 * hr], dq[i][2 * hr + 1]);
-            }
-#else
-            atomicAdd(row + n * 8, dq[i][2 * hr]);
-            atomicAdd(row + n * 8 + 1, dq[i][2 * hr + 1]);
-#endif
-          }
-        }
-      }
-      }
-      if (lock != nullptr) {
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock), "r"(1) : "memory");
-      }
+    // ---- dQ: every warp here, except (kSkew) the deferring half, whose dQ of this step runs
+    // in the next step after its front(); on the last step everyone runs it here. ----
+    if (defer_dq && item + 1 < n_items) {
+      prefetch();  // its share of step i+2's tiles, at once: it is issued under the other half's dQ GEMM
+    } else {
+      dq_phase(h, it, ds_off, [&] { if constexpr (kPrefetchAfterDq) prefetch(); }, std::true_type{});
     }
   }
 

@@ -1,6 +1,7 @@
 // The sm90 batch-prefill kernel's host side (prefill_kernel.cuh), free of CUDA headers. Built
 // only for sm_90a (src/cuda/sm90/ is its own object library); callers test
-// TESSERA_HAS_SM90_KERNELS. Opt-in while it is being brought up: TESSERA_CUDA_BATCH=sm90.
+// TESSERA_HAS_SM90_KERNELS. The default for prefill-shaped units on compute capability 9.0 at
+// head_dim 64 and 128; TESSERA_CUDA_BATCH=portable keeps the mma.sync kernels.
 #pragma once
 
 #include "cuda/batch/batch_args.h"

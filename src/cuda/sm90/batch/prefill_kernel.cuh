@@ -21,7 +21,8 @@
 //              items) or the fp32 partial O and LSE of the chunk (split items) from registers.
 // Key tiles are aligned to absolute multiples of 128 keys of the request (the item's first and
 // last tiles may be partial: keys outside [kv_begin, kv_end) are zero rows and masked).
-// NOT YET RUN ON A GPU (eighth session): see the design note's step 1 for the tests it needs.
+// GPU-tested on the H200 (ninth session: the batch suite under TESSERA_CUDA_BATCH=sm90); opt-in
+// until its memcheck and racecheck have run (docs/perf/batch_prefill_sm90.md).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,8 +55,8 @@ namespace tessera::cuda::sm90::batch_prefill {
 //
 // Two resource policies of the same code:
 //   fat  (kSlim false): the CTA has the SM to itself (TESSERA_CUDA_BATCH=sm90).
-//   slim (kSlim true, head_dim 128 only; TESSERA_CUDA_BATCH=sm90-coresident, a prototype not
-//        yet run on a GPU): leaves room on the SM for one CTA of the decode-only mma.sync
+//   slim (kSlim true, head_dim 128 only; TESSERA_CUDA_BATCH=sm90-coresident, GPU-tested in
+//        the tenth session): leaves room on the SM for one CTA of the decode-only mma.sync
 //        instance (batch::kDecodeOnly: 128 threads, 147 registers allocated as 152, 106,624 B),
 //        launched as this kernel's programmatic dependent (docs/perf/batch_prefill_sm90.md,
 //        section 5 and "Ninth session: co-resident prototype"): 64-key tiles, 2 stages,
@@ -93,7 +94,7 @@ struct Traits {
   static constexpr int kBarriers = 2 + 4 * kStages;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
-  static_assert(kBlockN % 64 == 0 && kBlockN <= 128, "the K/V gather: 64 key rows per pass, one or two passes");
+  static_assert(kBlockN == 64 || kBlockN == 128, "the K/V gather: 16 key rows per pass, 4 or 8 passes");
   // Co-residency (slim): this CTA + one decode-only CTA, each with the 1 KB the SM reserves per
   // CTA, within sm_90's 233,472 bytes (228 KB) of shared memory per SM; registers: this CTA's
   // 384 x kEntryRegs + the decode-only CTA's 128 x kDecodeCtaRegs <= 65,536.
@@ -134,13 +135,23 @@ __device__ __forceinline__ Unit unit_of(const batch::BatchArgs& a, int u) {
   return un;
 }
 
+// The unit a CTA takes in round r of the static walk (the same in every warpgroup): rounds
+// alternate direction (CTA b takes r G + b in even rounds, r G + G - 1 - b in odd ones), so that
+// the CTAs with the longest units of one round get shorter ones in the next. Prefill units of a
+// chunk grow along it (bottom-right causal: 29..32 128-key tiles in the bench case); the
+// straight walk gave one CTA 8 units of 32 tiles (256 tile times, mean 236.6), the snake 248
+// (tenth session). A unit past num_units ends the walk: later rounds only go higher.
+__device__ __forceinline__ int snake_unit(int r) {
+  const int g = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  return r * g + ((r & 1) ? g - 1 - b : b);
+}
+
 // The kernel's body, for either policy (the two __global__ entries below differ only in their
 // register bound).
 template <typename T, typename Tr>
 __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
   constexpr int kHeadDim = Tr::kHeadDim;
   constexpr int D = kHeadDim, BN = Tr::kBlockN, S = Tr::kStages;
-  constexpr int kPasses = BN / 64;  // 64 key rows per pass of the K/V gather
   constexpr bool kBf16 = cuda::Traits<T>::is_bf16;
   extern __shared__ unsigned char smem_raw[];
   const std::uint32_t raw_addr = sm80::smem_u32(smem_raw);
@@ -183,16 +194,30 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
     const T* vp = static_cast<const T*>(a.v);
     int it = 0;  // K/V tiles loaded so far (ring position)
     int q_round = 0;
-    // Q: thread t copies chunk t % kChunks of rows t / kChunks + i * (128 / kChunks). K / V: the
-    // thread pair (2 p, 2 p + 1) copies rows p (and p + 64 at BN 128) of a tile, even / odd chunks.
+    // Q: thread t copies chunk t % kChunks of rows t / kChunks + i * (128 / kChunks) (16 threads
+    // per 256-byte row at d128: each warp instruction reads whole 128-byte lines).
     constexpr int kRowStep = 128 / Tr::kChunks;
     const int ch = t % Tr::kChunks, r_first = t / Tr::kChunks;
-    const int pair_row = t / 2, half = t % 2;
-    // Page of key j: a shift for power-of-two page sizes (the common case), else a division.
-    const int page_size = a.page_size;
-    const bool page_pow2 = (page_size & (page_size - 1)) == 0;
-    const int page_shift = 31 - __clz(page_size);
-    for (int u = blockIdx.x; u < num_units; u += gridDim.x, ++q_round) {
+    // K / V (tenth session): warp w copies the rows r with r % 16 in [4 w, 4 w + 4); lane l takes
+    // row 4 w + l / 8 + 16 i (i = 0..BN / 16 - 1: 8 passes fat, 4 slim) and 16-byte chunk l % 8
+    // of each 128-byte panel, so that one LDGSTS of the warp reads 4 rows x 128 contiguous bytes,
+    // 4 whole lines (the pair layout before read 16 rows x 32 bytes, 16 one-sector requests).
+    // Each lane looks up one row per tile (its own: 4 w + l % 4 + 16 (l / 4), the row lane
+    // 4 i + l / 8 copies at pass i) and hands its source offsets to the 8 lanes that copy it by
+    // shuffle. At BN 64 only lanes l < 16 own a row of the tile (l / 4 < 4: rows < 64), and they
+    // are exactly the lanes the 4 passes read from (4 i + l / 8 <= 15); lanes 16-31 would own rows
+    // of the next tile and skip the lookup (no page-table load for a row nobody copies).
+    const int lane_p = t % 32, warp_p = t / 32;
+    const int kv_ch = lane_p % 8;
+    const int kv_row0 = 4 * warp_p + lane_p / 8;                          // pass i: kv_row0 + 16 i
+    const int own_row = 4 * warp_p + lane_p % 4 + 16 * (lane_p / 4);  // the row this lane looks up
+    const std::uint32_t kv_dst0 = static_cast<std::uint32_t>(kv_row0 * 128 + ((kv_ch ^ (kv_row0 & 7)) << 4));
+    static_assert(BN == 128 || BN == 64, "8 or 4 passes of 16 rows; every own row < BN is read by a pass");
+    const bool own_in_tile = BN == 128 || lane_p < BN / 4;  // fat: always (no code)
+    const int page_size = a.page_size, page_shift = a.page_shift;
+    for (int rnd = 0;; ++rnd, ++q_round) {
+      const int u = snake_unit(rnd);
+      if (u >= num_units) break;
       const Unit un = unit_of<BN>(a, u);
       const int b = un.it.request;
       const std::int64_t q0 = a.qo_indptr[b];
@@ -227,41 +252,37 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
         const int stage = it % S;
         const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
         const int key0 = (un.t0 + i) * BN;
-        // The copy of a tile: two threads per key row (64 rows per pass, kPasses passes), the pair
-        // taking adjacent 16-byte chunks in each instruction so that every 32-byte sector is read
-        // whole; a row's page lookup is made once per tile and serves both K and V (the source
-        // row of each, or the tensor's base with a zero fill outside the item's keys).
-        const T* krow[kPasses];
-        const T* vrow[kPasses];
-        bool valid[kPasses];
-#pragma unroll
-        for (int pass = 0; pass < kPasses; ++pass) {
-          const int j = key0 + pair_row + 64 * pass;
-          valid[pass] = j >= un.it.kv_begin && j < un.it.kv_end;
-          krow[pass] = kp;
-          vrow[pass] = vp;
-          if (valid[pass]) {
-            const int pg = page_pow2 ? j >> page_shift : j / page_size;
+        // The lane's own row: the addresses of its K and V rows, bit 0 set for a key of the item
+        // (rows are 16-byte aligned), else the tensors' bases (zero-filled, nothing read). One
+        // page lookup per row and tile serves K and V.
+        std::uint64_t k_own = reinterpret_cast<std::uint64_t>(kp), v_own = reinterpret_cast<std::uint64_t>(vp);
+        {
+          const int j = key0 + own_row;
+          if (own_in_tile && j >= un.it.kv_begin && j < un.it.kv_end) {
+            const int pg = page_shift >= 0 ? j >> page_shift : j / page_size;
             const std::int64_t page = __ldg(pages + pg), slot = j - pg * page_size;
-            krow[pass] = kp + (page * a.k_page + slot * a.k_token + k_head_off + half * 8);
-            vrow[pass] = vp + (page * a.v_page + slot * a.v_token + v_head_off + half * 8);
+            k_own = reinterpret_cast<std::uint64_t>(kp + (page * a.k_page + slot * a.k_token + k_head_off)) | 1u;
+            v_own = reinterpret_cast<std::uint64_t>(vp + (page * a.v_page + slot * a.v_token + v_head_off)) | 1u;
           }
         }
-        auto copy_tile = [&](std::uint32_t dst_tile, const T* const (&row)[kPasses]) {
+        auto copy_tile = [&](std::uint32_t dst_tile, std::uint64_t own) {
 #pragma unroll
-          for (int pass = 0; pass < kPasses; ++pass) {
-            const int r = pair_row + 64 * pass;
+          for (int pass = 0; pass < BN / 16; ++pass) {
+            const std::uint64_t row = __shfl_sync(0xffffffffu, own, 4 * pass + lane_p / 8);
+            const bool valid = (row & 1u) != 0;
+            const unsigned char* src = reinterpret_cast<const unsigned char*>(row & ~std::uint64_t{1}) + kv_ch * 16;
 #pragma unroll
-            for (int k = 0; k < Tr::kChunks / 2; ++k)
-              sm80::cp_async_16_zfill(dst_tile + sw128_offset<BN>(r, 2 * k + half), row[pass] + 16 * k, valid[pass]);
+            for (int panel = 0; panel < Tr::kPanels; ++panel)
+              sm80::cp_async_16_zfill(dst_tile + kv_dst0 + pass * 2048u + panel * Tr::kKVPanelBytes, src + 128 * panel,
+                                      valid);
           }
         };
         mbarrier_wait_parity(k_empty(stage), parity);
-        copy_tile(sK(stage), krow);
+        copy_tile(sK(stage), k_own);
         sm80::cp_async_mbarrier_arrive_noinc(k_full(stage));
         if (i == 0) load_q();
         mbarrier_wait_parity(v_empty(stage), parity);
-        copy_tile(sV(stage), vrow);
+        copy_tile(sV(stage), v_own);
         sm80::cp_async_mbarrier_arrive_noinc(v_full(stage));
       }
     }
@@ -287,7 +308,9 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
 
   int it = 0;
   int q_round = 0;
-  for (int u = blockIdx.x; u < num_units; u += gridDim.x, ++q_round) {
+  for (int rnd = 0;; ++rnd, ++q_round) {
+    const int u = snake_unit(rnd);
+    if (u >= num_units) break;
     const Unit un = unit_of<BN>(a, u);
     const int b = un.it.request;
     const int q_len = a.qo_indptr[b + 1] - a.qo_indptr[b];
