@@ -30,6 +30,10 @@ struct BatchRunParams {
   // one plan stays correct after a new plan() into the same workspace. -1: unknown.
   int prefill_items = -1;
   int decode_items = -1;
+  // The same plan's work (plan::PlanSummary): prefill items' query rows x keys and decode
+  // items' keys, summed over KV heads; a hint for TESSERA_CUDA_BATCH=sm90-split's SM share.
+  std::int64_t prefill_row_keys = -1;
+  std::int64_t decode_keys = -1;
 
   // q and out are (total_q, heads_q, head_dim): row = token, batch stride unused.
   StridedPtr q, o;

@@ -200,6 +200,10 @@ struct PlanSummary {
   int split_slots = 0;
   int num_prefill_items = 0;      // items [0, this) are prefill-shaped (see "Item order")
   std::int64_t chunk_tokens = 0;  // chosen chunk size; 0 = no split
+  // Work of the two kinds (per KV head; launch-shape hints only, never what is computed):
+  // prefill-shaped items' query rows x keys, decode-shaped items' keys.
+  std::int64_t prefill_row_keys = 0;
+  std::int64_t decode_keys = 0;
 };
 
 // Partials per split query row, rounded up (0 without split rows): what picks the CUDA merge

@@ -14,6 +14,7 @@
 
 #include "cuda/common/device_limits.h"
 #include "cuda/batch/batch_args.h"
+#include "cuda/batch/split_model.h"
 #include "cuda/batch/batch_attention.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
@@ -108,20 +109,36 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // it or when. Prefill rows stay on the slim kernel whatever the batch holds (its 64-key tiles
   // round differently from the fat kernel's 128-key tiles, and a request's output must not
   // depend on the batch: SplitPolicy disabled / fixed, RequestResultsDoNotDependOnTheBatch).
+  //
+  // Opt-in (TESSERA_CUDA_BATCH=sm90-split): the fat prefill kernel on num_sms - k CTAs (one per
+  // SM; its CTAs trigger their dependents at their start) and the decode-only kernel as its
+  // programmatic dependent, two CTAs per SM by claims as above: its first 2k CTAs take the k SMs
+  // the prefill grid leaves free (a fat prefill CTA takes an SM's whole register file, so none
+  // joins one), the rest start as prefill CTAs exit. k from the plan's work (split_model.h) or
+  // TESSERA_CUDA_BATCH_DECODE_SMS. Same dependency chain as sm90-coresident; prefill rows run on
+  // the fat kernel as on the default path, so they keep its bits.
   const bool coresident = path == dispatch::BatchPath::sm90_coresident && sm90::batch_prefill_slim_applicable(D);
+  const bool split = path == dispatch::BatchPath::sm90_split;
   if (path != dispatch::BatchPath::portable && max_item_vectors > batch::kDecodeMaxRows &&
       sm90::batch_prefill_applicable(D) && compute_major(p.device.index) == 9) {
     const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-    if (coresident && p.prefill_items == 0 && a.group <= batch::kDecodeMaxRows) {
+    if ((coresident || split) && p.prefill_items == 0 && a.group <= batch::kDecodeMaxRows) {
       batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
-      sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/true);
+      sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/coresident);
       return;
     }
-    sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, coresident);
+    int decode_sms = 0;
+    if (split && a.group <= batch::kDecodeMaxRows) {
+      const int knob = dispatch::batch_decode_sms_override();
+      const double flops = 4.0 * a.group * D * static_cast<double>(std::max<std::int64_t>(p.prefill_row_keys, 0));
+      const double bytes = 4.0 * D * static_cast<double>(std::max<std::int64_t>(p.decode_keys, 0));  // K + V, 16-bit
+      decode_sms = knob >= 0 ? std::min(knob, num_sms - 1) : batch::split_decode_sms(flops, bytes, num_sms);
+    }
+    sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
     if (a.group <= batch::kDecodeMaxRows) {
       batch::LaunchOptions options;
       batch::BatchArgs d = a;
-      if (coresident) {
+      if (coresident || split) {
         // Two CTAs per SM taking decode items by claims (attention_kernel.cuh,
         // claim_decode_units): the first ones beside the prefill CTAs, the rest in the slots
         // prefill CTAs leave, all of them until the items run out. The counter lives in the

@@ -433,6 +433,10 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
 // The fat policy: alone on the SM (TESSERA_CUDA_BATCH=sm90).
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(const __grid_constant__ batch::BatchArgs a) {
+  // TESSERA_CUDA_BATCH=sm90-split launches the decode-only kernel as this grid's programmatic
+  // dependent, to run on the SMs this grid leaves free: let it launch at once. Without a
+  // programmatic dependent (the default path) this does nothing.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   prefill_body<T, Traits<kHeadDim>>(a);
 }
 
