@@ -33,7 +33,7 @@ namespace {
 template <int D, int V>
 constexpr BwdShape shape_of() {
   using L = bwd::Layout<D, V>;
-  return {L::Bc, L::Br, L::kThreads, L::kSmem};
+  return {L::Bc, L::Br, L::kThreads, L::kSmem, L::kDqPairs};
 }
 
 // The layout TESSERA_CUDA_BACKWARD forces at least: "portable-compact" 1, "portable-compact2" 2
@@ -160,9 +160,9 @@ struct PostArgs {
   int heads;
   int splits;  // dk/dv: number of partials; 0 = the dq layout
   RowMap rows;
-  // dq only: src's columns are pair-interleaved within each 16-column group, as the sm80 main
-  // kernel's head_dim 128 layout 0 writes them (kernel.cuh, kDqPairs): column 16 G + 8 h + 2 k + e
-  // sits at 16 G + 4 k + 2 h + e. Every other main kernel writes them in order (false).
+  // dq only: src's columns are pair-interleaved within each 16-column group, as the main kernel's
+  // BwdShape::dq_pairs says (tiles.h Layout::kDqPairs): column 16 G + 8 h + 2 k + e sits at
+  // 16 G + 4 k + 2 h + e. false: in order.
   bool dq_pairs = false;
 };
 
@@ -225,9 +225,14 @@ void launch_post(const PostArgs& a, cudaStream_t stream) {
 
 // use_sm90: the sm90 (wgmma) main kernel replaces the sm80 one; it walks the same tiles and
 // uses the same arguments and workspace, so the pre/post kernels serve both.
-// The sm80 main kernel in layout `variant` (backward_variant; only head_dim 128 has more than one).
+// The sm80 main kernel in layout `variant` (backward_variant; only head_dim 128 has more than one),
+// in the tile-major CTA order where `tile_major` (the caller sets it only where
+// has_tile_major_order).
 template <typename T, int D>
-void launch_sm80_main(const BwdArgs& args, int variant, cudaStream_t stream) {
+void launch_sm80_main(const BwdArgs& args, int variant, bool tile_major, cudaStream_t stream) {
+  if constexpr (has_tile_major_order(D, 0)) {
+    if (variant == 0 && tile_major) return launch_backward_main_tile_major<T, D>(args, stream);
+  }
   if constexpr (D == 128) {
     if (variant == 1) return launch_backward_main<T, D, 1>(args, stream);
     if (variant == 2) return launch_backward_main<T, D, 2>(args, stream);
@@ -237,18 +242,17 @@ void launch_sm80_main(const BwdArgs& args, int variant, cudaStream_t stream) {
 
 template <typename T, int D>
 void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
-               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, int variant, cudaStream_t stream) {
+               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, int variant, bool tile_major,
+               cudaStream_t stream) {
   launch_pre<T, D>(pre, stream);
 #if defined(TESSERA_HAS_SM90_KERNELS)
   if (use_sm90) sm90::launch_backward_main(p, args, stream);
-  else launch_sm80_main<T, D>(args, variant, stream);
+  else launch_sm80_main<T, D>(args, variant, tile_major, stream);
 #else
   (void)use_sm90;
-  launch_sm80_main<T, D>(args, variant, stream);
+  launch_sm80_main<T, D>(args, variant, tile_major, stream);
 #endif
-  PostArgs dq = post_dq;
-  dq.dq_pairs = !use_sm90 && D == 128 && variant == 0;  // kernel.cuh kDqPairs (sm80 layout 0)
-  launch_post<T, D>(dq, stream);
+  launch_post<T, D>(post_dq, stream);
   if (args.n_splits > 1) {
     launch_post<T, D>(post_dk, stream);
     launch_post<T, D>(post_dv, stream);
@@ -258,11 +262,12 @@ void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre,
 
 template <typename T>
 void run_dtype(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
-               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, int variant, cudaStream_t stream) {
+               const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, int variant, bool tile_major,
+               cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
-    case 128: return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
-    case 256: return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
+    case 64: return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
+    case 128: return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
+    case 256: return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q", "attention_backward: head_dim " + std::to_string(p.head_dim) + " not compiled");
@@ -399,6 +404,24 @@ void attention_backward(const BackwardParams& p) {
     if (base_ctas * s >= sms) break;
   }
 
+  // The sm80 kernel's CTA order (launch_backward_main_tile_major, cta_work.cuh). Under a plain
+  // causal mask KV tile j of a (sequence, kv head) pair walks ~2 (kv_tiles - j) query tiles (Bc =
+  // 2 Br at d128), and the default grid dispatches pair after pair, so the last pairs' heavy tiles
+  // start late and set the tail (docs/perf/backward_sm80.md, "wave tail and CTA order"). Kv-head
+  // fastest dispatches a sequence's heavy tiles of every head first; then the query-side data in
+  // flight is a whole sequence's (Q, dO, dq_accum, lse2, D of every head), so only where that is
+  // at most twice the L2 (1k and 4k at 16 heads d128 on an H200, not 16k). Dense inputs only
+  // (ragged pairs differ in length), no window (CTAs about equal); only the instances that exist
+  // (has_tile_major_order: head_dim 128, layout 0).
+  bool tile_major = false;
+  if (!use_sm90 && has_tile_major_order(D, variant) && !ragged && p.mask.causal && p.mask.window_left < 0 &&
+      p.mask.window_right < 0 && kv_tiles <= 65535) {
+    int l2 = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, p.device.index));
+    const std::int64_t seq_bytes = static_cast<std::int64_t>(p.seq_q) * p.heads_q * (8 * D + 8);
+    tile_major = seq_bytes <= 2 * static_cast<std::int64_t>(l2);
+  }
+
   // Workspace: dQ accumulator, lse2, D, locks, dK/dV partials (fp32 / int32).
   const std::size_t n_acc = static_cast<std::size_t>(p.heads_q) * p.total_q * D;
   const std::size_t n_row = static_cast<std::size_t>(p.heads_q) * p.total_q;
@@ -458,14 +481,15 @@ void attention_backward(const BackwardParams& p) {
     PreArgs pre{p.o.ptr, p.dout.ptr, p.o.batch, p.o.row, p.o.head, p.dout.batch, p.dout.row, p.dout.head,
                 p.lse.ptr, p.lse.batch, p.lse.head, reinterpret_cast<float*>(base + off_lse2),
                 reinterpret_cast<float*>(base + off_dsum), a.dq_accum, p.total_q, p.heads_q, qmap};
-    PostArgs post_dq{a.dq_accum, p.dq.ptr, p.dq.batch, p.dq.row, p.dq.head, p.mask.scale, p.total_q, p.heads_q, 0, qmap};
+    PostArgs post_dq{a.dq_accum, p.dq.ptr, p.dq.batch, p.dq.row, p.dq.head, p.mask.scale, p.total_q, p.heads_q, 0, qmap,
+                     shape.dq_pairs};
     PostArgs post_dk{a.dk_part, p.dk.ptr, p.dk.batch, p.dk.row, p.dk.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
     PostArgs post_dv{a.dv_part, p.dv.ptr, p.dv.batch, p.dv.row, p.dv.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
 
     if (p.dtype == DType::bf16)
-      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
+      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
     else
-      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, stream);
+      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
   } catch (...) {
     (void)cudaFreeAsync(ws, stream);
     throw;

@@ -1,5 +1,6 @@
 // What one backward main-kernel CTA works on, shared by the sm80 and the sm90 main kernels:
-// the CTA (blockIdx.x = KV tile j, blockIdx.y = kv head x group split, blockIdx.z = sequence)
+// the CTA (blockIdx.x = KV tile j, blockIdx.y = kv head x group split, blockIdx.z = sequence; x
+// and y swapped in the sm80 kernel's tile-major order, below)
 // owns KV rows [kv0, kv1) of its sequence and walks the query tiles [it0, it1) whose visible
 // keys meet them, for heads_per_split query heads. The deterministic mode's counters (the
 // lock index and the expected arrival count, from tile_keys) rely on both kernels walking
@@ -31,12 +32,26 @@ struct CtaWork {
   }
 };
 
+// The CTA order, a compile-time choice of the sm80 kernel (the sm90 kernel has only the first):
+// kTileMajor = false: grid (kv tiles, heads_kv * n_splits, batch), a (sequence, kv head) pair's
+// KV tiles dispatched together; true: grid (heads_kv * n_splits, kv tiles, batch), the same CTAs
+// with the kv head fastest, so within a sequence every kv head's KV tile 0 is dispatched, then
+// every KV tile 1, ...: under a causal mask the heaviest CTAs go first. Both are plain blockIdx
+// reads (a runtime select between the components spilled 8 B at 255 registers: ptxas keeps the
+// selected value live instead of re-reading the special register). The deterministic mode's wait
+// for KV tile j - 1 of the same (sequence, kv head x split) is safe in both: that CTA precedes
+// this one in the linear order.
+template <bool kTileMajor>
+__device__ __forceinline__ unsigned cta_kv_tile() { return kTileMajor ? blockIdx.y : blockIdx.x; }
+template <bool kTileMajor>
+__device__ __forceinline__ unsigned cta_head_split() { return kTileMajor ? blockIdx.x : blockIdx.y; }
+
 // Fills `w` for this CTA; false when its KV tile lies past the sequence (ragged grids are sized
 // by the longest one): CTA-uniform, the caller returns.
-template <int Bc, int Br>
+template <int Bc, int Br, bool kTileMajor = false>
 __device__ __forceinline__ bool cta_work(const BwdArgs& p, CtaWork<Br>& w) {
   const int b = blockIdx.z;
-  const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
+  const int hkv = cta_head_split<kTileMajor>() / p.n_splits, split = cta_head_split<kTileMajor>() % p.n_splits;
   w.q_len = p.seq_q;
   w.k_len = p.seq_k;
   w.q_row0 = 0;
@@ -51,7 +66,7 @@ __device__ __forceinline__ bool cta_work(const BwdArgs& p, CtaWork<Br>& w) {
     w.q_gr0 = w.q_row0;
     w.k_gr0 = w.k_row0;
   }
-  w.kv0 = static_cast<int>(blockIdx.x) * Bc;
+  w.kv0 = static_cast<int>(cta_kv_tile<kTileMajor>()) * Bc;
   if (w.kv0 >= w.k_len) return false;
   w.kv1 = min(w.kv0 + Bc, w.k_len);
   w.mask = math::MaskSpec::make(w.q_len, w.k_len, p.causal, p.window_left, p.window_right);

@@ -26,6 +26,7 @@ struct BwdShape {
   int block_q;    // Br: query rows per step
   int threads;
   int smem_bytes;
+  bool dq_pairs = false;  // dq_accum columns pair-interleaved (tiles.h Layout::kDqPairs); false: in order
 };
 // head_dim in {64, 128, 256}; variant: the layout (tiles.h Cfg<D, V>; 0 the default). A variant
 // head_dim does not have gives {0, 0, 0, 0}.
@@ -41,5 +42,14 @@ int backward_variant(int head_dim, int optin_smem);
 // kernel on `stream` with grid (kv tiles, heads_kv * n_splits, batch).
 template <typename T, int kHeadDim, int kVariant = 0>
 void launch_backward_main(const BwdArgs& args, void* stream);
+
+// The same kernel in the tile-major CTA order (grid (heads_kv * n_splits, kv tiles, batch),
+// cuda/backward/cta_work.cuh): a sequence's KV tile 0 of every kv head first, then tile 1, ...,
+// which under a causal mask dispatches the heaviest CTAs first. Instances only where
+// has_tile_major_order (instance_hdim128_tile_major.cu: head_dim 128, layout 0); kv tiles must
+// be at most 65535.
+template <typename T, int kHeadDim, int kVariant = 0>
+void launch_backward_main_tile_major(const BwdArgs& args, void* stream);
+constexpr bool has_tile_major_order(int head_dim, int variant) { return head_dim == 128 && variant == 0; }
 
 }  // namespace tessera::cuda::sm80

@@ -36,6 +36,7 @@
 #include "cuda/primitives/sm80/red.cuh"
 #include "cuda/sm80/backward/backward.h"
 #include "cuda/backward/cta_work.cuh"
+#include "cuda/backward/dq_turn.cuh"
 #include "cuda/sm80/backward/tiles.h"
 #include "math/mask.h"
 
@@ -192,8 +193,10 @@ __device__ __forceinline__ void gemm_sy(float (&acc)[MR * NCOLS / 8][4], std::ui
 #define TESSERA_BWD_MIN_BLOCKS(D, V) (Layout<D, V>::kMinBlocks)
 #endif
 
-// V: the layout variant (tiles.h Cfg<D, V>).
-template <typename T, int D, int V>
+// V: the layout variant (tiles.h Cfg<D, V>). kTileMajor: the CTA order (cta_work.cuh; the grid's
+// x and y swapped), instantiated only where the host uses it (backward.h,
+// launch_backward_main_tile_major).
+template <typename T, int D, int V, bool kTileMajor = false>
 __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS(D, V))
     backward_main_kernel(const BwdArgs p) {
   using L = Layout<D, V>;
@@ -225,13 +228,14 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const int g = lane >> 2, t4 = lane & 3;
   const int kvg = warp % L::kWarpsKV, qg = warp / L::kWarpsKV;
 
-  const int j_tile = blockIdx.x;
-  const int hkv = blockIdx.y / p.n_splits, split = blockIdx.y % p.n_splits;
+  const int j_tile = backward::cta_kv_tile<kTileMajor>();
+  const int hkv = backward::cta_head_split<kTileMajor>() / p.n_splits,
+            split = backward::cta_head_split<kTileMajor>() % p.n_splits;
   const int b = blockIdx.z;
 
   // The CTA's sequence bounds and query tiles (cta_work.cuh, shared with the sm90 kernel).
   backward::CtaWork<Br> w;
-  if (!backward::cta_work<Bc, Br>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
+  if (!backward::cta_work<Bc, Br, kTileMajor>(p, w)) return;  // CTA-uniform: this tile lies past the sequence (ragged bound)
   const int q_len = w.q_len, k_len = w.k_len;
   const std::int64_t q_row0 = w.q_row0, k_row0 = w.k_row0, q_gr0 = w.q_gr0, k_gr0 = w.k_gr0;
   const int kv0 = w.kv0, kv1 = w.kv1;
@@ -306,10 +310,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   // measure below; and no compute-capability-8.x device runs this layout (A100/A30 take the
   // compact layout 1, sm_86/89 layout 2: backward_variant), so sm_80 keeps the unskewed order.
   constexpr bool kSkew = MR > 1 && Stages == 2 && !kSm80D128;
-  // dq_accum column order (dq_phase): pair-interleaved for head_dim 128 layout 0 in every build
-  // (backward_entry.cu's dq_pairs must match: D == 128, variant 0, sm80 main kernel), in order
-  // for the others (the compact layout 1 spilled 4 B bf16 on sm_90 with the interleaved one).
-  constexpr bool kDqPairs = MR > 1 && Stages == 2 && L::kDqCols % 16 == 0;
+  constexpr bool kDqPairs = L::kDqPairs;  // dq_accum column order (tiles.h)
   const bool defer_dq = kSkew && qg == 1 && p.locks == nullptr;
 
   for (int item = 0; item < n_items; ++item) {
@@ -401,19 +402,10 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       if (kDet && p.locks != nullptr) {
         // Deterministic: add after exactly the KV tiles below this one that see tile `it`.
         lock = p.locks + static_cast<std::int64_t>(h_d) * p.lock_stride + q_gr0 / Br + b + it_d;
-        const int expected = j_tile - tile_keys(it_d).begin / Bc;
-        if (tid == 0) {
-          int seen;
-          while (true) {
-            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(lock) : "memory");
-            if (seen == expected) break;
-            __nanosleep(32);
-          }
-        }
-        __syncthreads();
+        backward::wait_for_dq_turn(lock, j_tile - tile_keys(it_d).begin / Bc, tid);
       }
       float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h_d) * p.total_q + q_gr0 + q0_d) * D;
-      // kDqPairs (head_dim 128 layout 0, every build; the post kernel is told by backward_entry.cu):
+      // kDqPairs (head_dim 128 layout 0, every build; the post kernel learns it from BwdShape):
       // dq_accum's columns are pair-interleaved within each 16-column group: a thread's two n8 tiles 2 np, 2 np + 1 (columns 16 np + 2 t4 + {0, 1} and
       // 16 np + 8 + 2 t4 + {0, 1}) sit at 16 np + 4 t4 + {0, 1, 2, 3}, one 16-byte vector, so the
       // sm_90 common path issues 8 v4 reductions per warp instead of 16 v2 (same sectors, half
@@ -455,9 +447,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       }
       }
       if (lock != nullptr) {
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock), "r"(1) : "memory");
+        backward::pass_dq_turn(lock, tid);
       }
     };
 
@@ -743,19 +733,23 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   }
 }
 
-template <typename T, int D, int V = 0>
+// kTileMajor: grid (heads_kv * n_splits, kv tiles, batch) instead of (kv tiles, heads_kv *
+// n_splits, batch), the same CTAs in the tile-major order (cta_work.cuh); the caller keeps kv
+// tiles <= 65535 (a grid's y bound).
+template <typename T, int D, int V = 0, bool kTileMajor = false>
 void launch_main(const BwdArgs& args, void* stream) {
   using L = Layout<D, V>;
   const int kv_tiles = (args.seq_k + L::Bc - 1) / L::Bc;
   if (kv_tiles == 0 || args.batch == 0 || args.heads_kv == 0) return;
-  auto kernel = backward_main_kernel<T, D, V>;
+  auto kernel = backward_main_kernel<T, D, V, kTileMajor>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
   if constexpr (L::kMinBlocksSm90 > 1) {
     // Two CTAs need the largest shared carveout (228 KB on sm_90); a hint, harmless elsewhere.
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                             static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   }
-  const dim3 grid(kv_tiles, args.heads_kv * args.n_splits, args.batch);
+  const dim3 grid = kTileMajor ? dim3(args.heads_kv * args.n_splits, kv_tiles, args.batch)
+                               : dim3(kv_tiles, args.heads_kv * args.n_splits, args.batch);
   kernel<<<grid, L::kThreads, L::kSmem, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }

@@ -64,6 +64,11 @@ struct Layout {
   static constexpr int kDqWarpsM = Br / (16 * MQ);
   static constexpr int kDqWarpsN = kWarps / kDqWarpsM;
   static constexpr int kDqCols = D / kDqWarpsN;  // dQ columns per warp
+  // dq_accum column order: pair-interleaved within each 16-column group (column 16 G + 8 h + 2 k
+  // + e at 16 G + 4 k + 2 h + e, so a thread's four values are one 16-byte RED) in head_dim 128
+  // layout 0; in order elsewhere (the compact layout 1 spilled 4 B bf16 on sm_90 with it). The
+  // post kernel learns it from BwdShape::dq_pairs.
+  static constexpr bool kDqPairs = MR > 1 && Stages == 2 && kDqCols % 16 == 0;
   // Byte offsets of the shared regions.
   static constexpr int kTileKV = Bc * D * 2;
   static constexpr int kTileQ = Br * D * 2;

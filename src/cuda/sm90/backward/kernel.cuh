@@ -40,6 +40,7 @@
 #include "cuda/primitives/sm90/wgmma.cuh"
 #include "cuda/backward/backward_args.h"
 #include "cuda/backward/cta_work.cuh"
+#include "cuda/backward/dq_turn.cuh"
 #include "cuda/sm90/backward/kernel_traits.cuh"
 #include "math/mask.h"
 
@@ -450,16 +451,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
       if (p.locks != nullptr) {
         // Deterministic: add after exactly the KV tiles below this one that see tile `it`.
         lock = p.locks + static_cast<std::int64_t>(h) * p.lock_stride + q_gr0 / Br + b + it;
-        const int expected = j_tile - tile_keys(it).begin / Bc;
-        if (tid == 0) {
-          int seen;
-          while (true) {
-            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(lock) : "memory");
-            if (seen == expected) break;
-            __nanosleep(32);
-          }
-        }
-        __syncthreads();
+        backward::wait_for_dq_turn(lock, j_tile - tile_keys(it).begin / Bc, tid);
       }
       // Accumulator rows: query dq_row_wg + 16 warp + g (+ 8); columns dq_col_wg + 8 n + 2 q4 (+ 1).
       float* acc_base = p.dq_accum + (static_cast<std::int64_t>(h) * p.total_q + q_gr0 + q0) * D;
@@ -478,9 +470,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
         }
       }
       if (lock != nullptr) {
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock), "r"(1) : "memory");
+        backward::pass_dq_turn(lock, tid);
       }
     }
 

@@ -2,8 +2,9 @@
 // units of a BatchAttention plan (plan version 2: items [0, num_prefill_items), units of up to
 // 128 GQA-packed query vectors) on WGMMA, with K/V read through the CSR page table.
 //
-// A CTA (persistent, one per SM, a static walk over the prefill units) has a producer
-// warpgroup and two consumer warpgroups (64 packed vectors each):
+// A CTA (persistent, one per SM; a static walk over the prefill units that alternates direction
+// each round, snake_unit) has a producer warpgroup and two consumer warpgroups (64 packed vectors
+// each):
 //   producer   all 128 threads gather with cp.async: the unit's Q (packed vector n = query row
 //              q_begin + n / G, head kv_head G + n % G; zero past the unit) and, per 128-key
 //              tile, the K and V rows through the page table (zero outside the item's keys),
@@ -21,8 +22,9 @@
 //              items) or the fp32 partial O and LSE of the chunk (split items) from registers.
 // Key tiles are aligned to absolute multiples of 128 keys of the request (the item's first and
 // last tiles may be partial: keys outside [kv_begin, kv_end) are zero rows and masked).
-// GPU-tested on the H200 (ninth session: the batch suite under TESSERA_CUDA_BATCH=sm90); opt-in
-// until its memcheck and racecheck have run (docs/perf/batch_prefill_sm90.md).
+// The default for prefill-shaped units on compute capability 9.0 at head_dim 64 and 128 since the
+// tenth session, when memcheck and racecheck of it ran clean on the H200
+// (docs/perf/batch_prefill_sm90.md); TESSERA_CUDA_BATCH=portable keeps the mma.sync kernels.
 #pragma once
 
 #include <cuda_bf16.h>
