@@ -33,6 +33,8 @@
 namespace tessera::cuda::batch {
 
 using sm80::cp_async_16_zfill;
+using sm80::cp_async_16_zfill_hint;
+using sm80::l2_evict_first_policy;
 using sm80::cp_async_commit;
 using sm80::cp_async_wait;
 using sm80::ldmatrix_x4;
@@ -144,6 +146,9 @@ __device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, int 
     const std::uint32_t dst0 = 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r0, c));
     const std::uint32_t sk = sm.k(stage) + dst0, sv = sm.v(stage) + dst0;
     const unsigned long long chunk_bytes = 16u * static_cast<unsigned>(c);
+    // Decode reads each K/V line once: evict it first, so that it does not displace the L2
+    // lines of a prefill kernel running beside it (TESSERA_CUDA_BATCH=sm90-split/-coresident).
+    const std::uint64_t policy = l2_evict_first_policy();
 #pragma unroll
     for (int it = 0; it < kPerThread; ++it) {
       const ulonglong2 a = rows[r0 + it * kRowStep];
@@ -153,8 +158,8 @@ __device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, int 
       const std::uint32_t row_off = static_cast<std::uint32_t>(it * kRowStep * kRowBytes);
 #pragma unroll
       for (int m = 0; m < kPerRow; ++m) {
-        cp_async_16_zfill(sk + row_off + 128u * m, ksrc + 128 * m, valid);
-        cp_async_16_zfill(sv + row_off + 128u * m, vsrc + 128 * m, valid);
+        cp_async_16_zfill_hint(sk + row_off + 128u * m, ksrc + 128 * m, valid, policy);
+        cp_async_16_zfill_hint(sv + row_off + 128u * m, vsrc + 128 * m, valid, policy);
       }
     }
   } else {
