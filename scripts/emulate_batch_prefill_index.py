@@ -224,7 +224,11 @@ def main():
     ap.add_argument("--cases", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--break", dest="brk", choices=["full", "pack"], default=None)
+    ap.add_argument("--bn", type=int, default=128, choices=[64, 128],
+                    help="keys per tile: 128 (fat policy), 64 (slim, TESSERA_CUDA_BATCH=sm90-coresident)")
     a = ap.parse_args()
+    global BN
+    BN = a.bn
     rng = np.random.default_rng(a.seed)
     fails = 0
     worst = 0.0

@@ -319,6 +319,10 @@ void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageT
   p.total_q = s.summary.total_q;
   p.merge_rows = s.summary.num_merge_rows;
   p.merge_fan_in = plan::mean_merge_fan_in(s.summary);
+  p.prefill_items = s.summary.num_prefill_items;
+  p.decode_items = s.summary.num_items - s.summary.num_prefill_items;
+  p.prefill_row_keys = s.summary.prefill_row_keys;
+  p.decode_keys = s.summary.decode_keys;
   p.q = {q.data, 0, q.stride[0], q.stride[1]};
   p.o = {out.data, 0, out.stride[0], out.stride[1]};
   if (c.options.return_lse) p.lse = {lse.ptr<float>(), 0, lse.stride[0]};

@@ -3,10 +3,17 @@
 //   TESSERA_CUDA_BACKWARD = portable | portable-compact | portable-compact2
 //                           (the sm80 main kernel; the compact ones also force its compact
 //                           head_dim 128 layouts, see docs/TESTING.md)
-//   TESSERA_CUDA_BATCH    = portable | sm90                           (BatchAttention's prefill
+//   TESSERA_CUDA_BATCH    = portable | sm90 | sm90-coresident         (BatchAttention's prefill
 //                           units: on compute capability 9.0 at head_dim 64 and 128 they run on
 //                           the sm90 WGMMA kernel by default (sm90 asks for it explicitly);
-//                           portable keeps the mma.sync kernels: docs/perf/batch_prefill_sm90.md)
+//                           portable keeps the mma.sync kernels: docs/perf/batch_prefill_sm90.md.
+//                           sm90-coresident: at head_dim 128 a register- and smem-slim instance of
+//                           that kernel, with the decode-only kernel launched as its programmatic
+//                           dependent so that one decode CTA shares each SM with a prefill CTA;
+//                           elsewhere the same as sm90. sm90-split: the fat sm90 prefill on
+//                           num_sms - k SMs and the decode-only kernel on the other k at the same
+//                           time (docs/perf/mixed_batch.md, "SM split"); k from
+//                           TESSERA_CUDA_BATCH_DECODE_SMS (a measurement knob) or the host model)
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
 // a misspelt override must not silently run the default path.
@@ -24,7 +31,7 @@ namespace tessera::dispatch {
 
 enum class ForwardPath { automatic, portable };
 enum class BackwardPath { automatic, portable, portable_compact, portable_compact2 };
-enum class BatchPath { automatic, sm90, portable };
+enum class BatchPath { automatic, sm90, portable, sm90_coresident, sm90_split };
 
 [[noreturn]] inline void bad_path_override(const char* variable, const char* accepted, const char* value) {
   throw Error(ErrorCode::invalid_argument, variable,
@@ -50,11 +57,28 @@ inline BatchPath parse_batch_path(const char* value) {
   if (value == nullptr || *value == '\0') return BatchPath::automatic;
   if (std::strcmp(value, "sm90") == 0) return BatchPath::sm90;
   if (std::strcmp(value, "portable") == 0) return BatchPath::portable;
-  bad_path_override("TESSERA_CUDA_BATCH", "'portable', 'sm90'", value);
+  if (std::strcmp(value, "sm90-coresident") == 0) return BatchPath::sm90_coresident;
+  if (std::strcmp(value, "sm90-split") == 0) return BatchPath::sm90_split;
+  bad_path_override("TESSERA_CUDA_BATCH", "'portable', 'sm90', 'sm90-coresident', 'sm90-split'", value);
+}
+
+// TESSERA_CUDA_BATCH_DECODE_SMS (a measurement knob of TESSERA_CUDA_BATCH=sm90-split): the
+// SMs given to decode; unset or empty: -1 (the host model picks). Anything but a whole number
+// in [0, 4096] throws, naming the variable.
+inline int parse_batch_decode_sms(const char* value) {
+  if (value == nullptr || *value == '\0') return -1;
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || v < 0 || v > 4096)
+    throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_BATCH_DECODE_SMS",
+                std::string("TESSERA_CUDA_BATCH_DECODE_SMS: expected a whole number of SMs in [0, 4096] or unset, got '") +
+                    value + "'");
+  return static_cast<int>(v);
 }
 
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
 inline BackwardPath backward_path_override() { return parse_backward_path(std::getenv("TESSERA_CUDA_BACKWARD")); }
 inline BatchPath batch_path_override() { return parse_batch_path(std::getenv("TESSERA_CUDA_BATCH")); }
+inline int batch_decode_sms_override() { return parse_batch_decode_sms(std::getenv("TESSERA_CUDA_BATCH_DECODE_SMS")); }
 
 }  // namespace tessera::dispatch

@@ -23,6 +23,17 @@ struct BatchRunParams {
   // (rounded up); a hint for the merge launch's shape only, never for what it computes.
   int merge_rows = 0;
   int merge_fan_in = 0;
+  // Of the current plan (host summary): prefill-shaped and decode-shaped work items. A hint for
+  // the launch shape only (TESSERA_CUDA_BATCH=sm90-coresident runs a batch without prefill
+  // items on the plain decode grid), never for what is computed: every launch sequence the
+  // backend picks from these runs any plan of the layout correctly, so a graph captured with
+  // one plan stays correct after a new plan() into the same workspace. -1: unknown.
+  int prefill_items = -1;
+  int decode_items = -1;
+  // The same plan's work (plan::PlanSummary): prefill items' query rows x keys and decode
+  // items' keys, summed over KV heads; a hint for TESSERA_CUDA_BATCH=sm90-split's SM share.
+  std::int64_t prefill_row_keys = -1;
+  std::int64_t decode_keys = -1;
 
   // q and out are (total_q, heads_q, head_dim): row = token, batch stride unused.
   StridedPtr q, o;

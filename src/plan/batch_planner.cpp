@@ -129,6 +129,17 @@ PlanSummary finish_plan(const PlanConfig& cfg, const PlanView& v, std::uint64_t 
   s.split_slots = static_cast<int>(split_slots);
   s.num_prefill_items = n_prefill;
   s.chunk_tokens = split_slots > 0 ? chunk : 0;
+  // Items of one tile repeat for each KV head (write_items): count the first head's only.
+  for (int i = 0; i < n_items; i += cfg.heads_kv) {
+    const WorkItem& w = v.items[i];
+    const std::int64_t keys = w.kv_end - w.kv_begin;
+    if (i < n_prefill)
+      s.prefill_row_keys += static_cast<std::int64_t>(w.q_end - w.q_begin) * keys;
+    else
+      s.decode_keys += keys;
+  }
+  s.prefill_row_keys *= cfg.heads_kv;
+  s.decode_keys *= cfg.heads_kv;
   return s;
 }
 

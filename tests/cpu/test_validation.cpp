@@ -570,14 +570,36 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(dispatch::parse_batch_path(""), dispatch::BatchPath::automatic);
   EXPECT_EQ(dispatch::parse_batch_path("sm90"), dispatch::BatchPath::sm90);
   EXPECT_EQ(dispatch::parse_batch_path("portable"), dispatch::BatchPath::portable);
-  for (const char* bad : {"SM90", "sm80", "portable-compact", " sm90"}) {
+  EXPECT_EQ(dispatch::parse_batch_path("sm90-coresident"), dispatch::BatchPath::sm90_coresident);
+  EXPECT_EQ(dispatch::parse_batch_path("sm90-split"), dispatch::BatchPath::sm90_split);
+  // Misspellings of any value (case, underscore, a prefix or a leading/trailing space) are errors
+  // that list every accepted value and quote the value found.
+  for (const char* bad : {"SM90", "sm80", "portable-compact", " sm90", "sm90_coresident", "sm90-co",
+                          "sm90-coresident ", "coresident", "sm90_split", "split"}) {
     try {
       dispatch::parse_batch_path(bad);
       ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH=" << bad;
     } catch (const Error& e) {
       EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH");
-      EXPECT_NE(std::string(e.what()).find("'portable', 'sm90', got '" + std::string(bad) + "'"), std::string::npos)
-          << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("expected unset or one of 'portable', 'sm90', 'sm90-coresident', 'sm90-split', got '" +
+                          std::string(bad) + "'"),
+                std::string::npos)
+          << what;
+    }
+  }
+  // The sm90-split measurement knob: a whole number of SMs, or unset / empty.
+  EXPECT_EQ(dispatch::parse_batch_decode_sms(nullptr), -1);
+  EXPECT_EQ(dispatch::parse_batch_decode_sms(""), -1);
+  EXPECT_EQ(dispatch::parse_batch_decode_sms("0"), 0);
+  EXPECT_EQ(dispatch::parse_batch_decode_sms("48"), 48);
+  for (const char* bad : {"-1", "4097", "48 ", "4.5", "x", "12abc"}) {
+    try {
+      dispatch::parse_batch_decode_sms(bad);
+      ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH_DECODE_SMS=" << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH_DECODE_SMS");
+      EXPECT_NE(std::string(e.what()).find("got '" + std::string(bad) + "'"), std::string::npos) << e.what();
     }
   }
 }

@@ -841,15 +841,26 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   Spec b = a;
   b.q_lens = {1, 1, 70, 1, 5, 1, 0, 33, 1, 1};
   b.kv_lens = {9000, 1, 300, 0, 4000, 65, 7, 33, 20000, 129};
-  const Problem pa(a, rng), pb(b, rng);
+  // Decode-shaped items only, and prefill-shaped items only, in the same layout: under
+  // TESSERA_CUDA_BATCH=sm90-coresident the launch sequence depends on which kinds the plan holds
+  // (launch.cu), so a graph captured with one kind must still run a plan of the other.
+  Spec dec = a;
+  dec.q_lens = {1, 1, 1, 1};
+  dec.kv_lens = {3000, 17, 0, 700};
+  Spec pre = a;
+  pre.q_lens = {20, 64, 9};
+  pre.kv_lens = {20, 900, 4000};
+  const Problem pa(a, rng), pb(b, rng), pc(dec, rng), pe(pre, rng);
 
   // Capacity buffers: q/out (kMaxQ, hq, d), lse (hq, kMaxQ), page table arrays, one cache.
   const int hq = a.heads_q, d = a.head_dim;
   HostTensor q_cap(a.dtype, {kMaxQ, hq, d}), out_cap(a.dtype, {kMaxQ, hq, d}), lse_cap(DType::f32, {hq, kMaxQ});
-  // One cache holding both problems' pages: b's pages follow a's.
-  const std::int64_t pages_a = pa.ck.shape()[0], pages_b = pb.ck.shape()[0];
+  // One cache holding all problems' pages: b's pages follow a's, then c's, then e's.
+  const std::int64_t pages_a = pa.ck.shape()[0], pages_b = pb.ck.shape()[0], pages_c = pc.ck.shape()[0],
+                     pages_e = pe.ck.shape()[0];
+  const std::int64_t pages = pages_a + pages_b + pages_c + pages_e;
   const std::int64_t ps = a.page_size;
-  HostTensor ck(a.dtype, {pages_a + pages_b, ps, a.heads_kv, d}), cv(a.dtype, {pages_a + pages_b, ps, a.heads_kv, d});
+  HostTensor ck(a.dtype, {pages, ps, a.heads_kv, d}), cv(a.dtype, {pages, ps, a.heads_kv, d});
   auto copy_pages = [&](const HostTensor& from, HostTensor& to, std::int64_t first_page) {
     const std::int64_t n = from.numel();
     const std::int64_t per_page = ps * a.heads_kv * d;
@@ -859,7 +870,11 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   copy_pages(pa.cv, cv, 0);
   copy_pages(pb.ck, ck, pages_a);
   copy_pages(pb.cv, cv, pages_a);
-  std::vector<std::int32_t> cap_i32(static_cast<std::size_t>(pages_a + pages_b + kMaxRequests + 1), 0);
+  copy_pages(pc.ck, ck, pages_a + pages_b);
+  copy_pages(pc.cv, cv, pages_a + pages_b);
+  copy_pages(pe.ck, ck, pages_a + pages_b + pages_c);
+  copy_pages(pe.cv, cv, pages_a + pages_b + pages_c);
+  std::vector<std::int32_t> cap_i32(static_cast<std::size_t>(pages + kMaxRequests + 1), 0);
   HostTensor indptr_cap = int_tensor(std::vector<std::int32_t>(kMaxRequests + 1, 0));
   HostTensor indices_cap = int_tensor(cap_i32);
   HostTensor last_cap = int_tensor(std::vector<std::int32_t>(kMaxRequests, 0));
@@ -959,6 +974,62 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
   TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
   expect_close(result(pa), oa, "graph a after b");
+
+  // The decode-item claim counter in the plan header (sm90-coresident; 0 on every other path)
+  // is back to 0 after every run, so replays need no host write (attention_kernel.cuh,
+  // claim_decode_units).
+  const plan::WorkspaceLayout layout = plan::workspace_layout(plan::make_plan_config(c, facts), ws.bytes);
+  auto claim_counter = [&] {
+    plan::PlanHeader h;
+    TESSERA_TEST_CUDA(cudaMemcpy(&h, static_cast<const unsigned char*>(ws.data) + layout.header, sizeof h,
+                                 cudaMemcpyDeviceToHost));
+    return h.decode_claim;
+  };
+  EXPECT_EQ(claim_counter(), 0u) << "after graph a after b";
+
+  // Three more replays of the graph captured with a (mixed), re-planned in between with a
+  // decode-only, a prefill-only and the mixed batch b; results and the counter every time.
+  const Oracle oc = oracle(pc), oe = oracle(pe), ob = oracle(pb);
+  const std::tuple<const Problem*, std::int64_t, const Oracle*, const char*> replays[] = {
+      {&pc, pages_a + pages_b, &oc, "graph a replaying c (decode only)"},
+      {&pe, pages_a + pages_b + pages_c, &oe, "graph a replaying e (prefill only)"},
+      {&pb, pages_a, &ob, "graph a replaying b again"}};
+  for (const auto& [prob, offset, orc, what] : replays) {
+    plan(*prob);
+    load(*prob, offset);
+    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+    expect_close(result(*prob), *orc, what);
+    EXPECT_EQ(claim_counter(), 0u) << what;
+  }
+  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
+  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
+
+  // A graph captured with a decode-only plan (sm90-coresident: the plain decode grid, then the
+  // slim prefill kernel with nothing to do) replays a mixed and a prefill-only plan correctly.
+  plan(pc);
+  load(pc, pages_a + pages_b);
+  {
+    auto [qc, outc, lsec, tc] = views(pc);
+    TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+    ba.run(qc, cache, tc, outc, lsec, w, ctx);
+    TESSERA_TEST_CUDA(cudaStreamEndCapture(stream.s, &graph));
+  }
+  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  expect_close(result(pc), oc, "graph c");
+  const std::tuple<const Problem*, std::int64_t, const Oracle*, const char*> replays_c[] = {
+      {&pb, pages_a, &ob, "graph c replaying b (mixed)"},
+      {&pe, pages_a + pages_b + pages_c, &oe, "graph c replaying e (prefill only)"}};
+  for (const auto& [prob, offset, orc, what] : replays_c) {
+    plan(*prob);
+    load(*prob, offset);
+    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+    expect_close(result(*prob), *orc, what);
+    EXPECT_EQ(claim_counter(), 0u) << what;
+  }
   TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
   TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
 }

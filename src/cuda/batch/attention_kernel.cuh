@@ -33,6 +33,8 @@
 namespace tessera::cuda::batch {
 
 using sm80::cp_async_16_zfill;
+using sm80::cp_async_16_zfill_hint;
+using sm80::l2_evict_first_policy;
 using sm80::cp_async_commit;
 using sm80::cp_async_wait;
 using sm80::ldmatrix_x4;
@@ -144,6 +146,9 @@ __device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, int 
     const std::uint32_t dst0 = 2u * static_cast<std::uint32_t>(swizzle<Tr::kChunks>(r0, c));
     const std::uint32_t sk = sm.k(stage) + dst0, sv = sm.v(stage) + dst0;
     const unsigned long long chunk_bytes = 16u * static_cast<unsigned>(c);
+    // Decode reads each K/V line once: evict it first, so that it does not displace the L2
+    // lines of a prefill kernel running beside it (TESSERA_CUDA_BATCH=sm90-split/-coresident).
+    const std::uint64_t policy = l2_evict_first_policy();
 #pragma unroll
     for (int it = 0; it < kPerThread; ++it) {
       const ulonglong2 a = rows[r0 + it * kRowStep];
@@ -153,8 +158,8 @@ __device__ __forceinline__ void load_kv_tile(const Smem<Tr>& sm, int stage, int 
       const std::uint32_t row_off = static_cast<std::uint32_t>(it * kRowStep * kRowBytes);
 #pragma unroll
       for (int m = 0; m < kPerRow; ++m) {
-        cp_async_16_zfill(sk + row_off + 128u * m, ksrc + 128 * m, valid);
-        cp_async_16_zfill(sv + row_off + 128u * m, vsrc + 128 * m, valid);
+        cp_async_16_zfill_hint(sk + row_off + 128u * m, ksrc + 128 * m, valid, policy);
+        cp_async_16_zfill_hint(sv + row_off + 128u * m, vsrc + 128 * m, valid, policy);
       }
     }
   } else {
@@ -597,6 +602,40 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   __syncthreads();  // the next unit overwrites Q, offsets, the reduction buffer, stats and fin
 }
 
+// Decode units by claims (decode-only instance, a.decode_claim set: TESSERA_CUDA_BATCH=
+// sm90-coresident). The grid (2 CTAs per SM) is launched as the programmatic dependent of the
+// slim sm90 prefill kernel: its first CTAs take the room beside the prefill CTAs, the others
+// start as prefill CTAs exit, so a static assignment would leave the early CTAs' share of the
+// work to run alone at the end. Instead thread 0 takes the next decode item with one atomic
+// increment of the header's counter (plan v2: decode-shaped items are [num_prefill_items,
+// num_items), one unit each, row_blocks = 1 whenever there is one), broadcast through two
+// alternating shared words (one barrier per claim: a word is rewritten only two claims later,
+// after every thread has passed the barrier of the claim in between). A CTA stops at its first
+// claim past the items, so the counter is incremented exactly n + grid times in all; the claim
+// that returns n + grid - 1 is the last of the grid, and its CTA resets the counter to 0 (no
+// other CTA touches it again): the next run starts from 0 with no host write, as a graph replay
+// needs. No CTA waits for another. What a unit computes depends only on its item, not on the
+// CTA or the order: decode rows keep the bits of the static walk.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void claim_decode_units(const BatchArgs& a, unsigned char* smem_raw, int* words) {
+  const int first = a.header->num_prefill_items;
+  const int n = a.header->num_items - first;
+  const int tid = sreg_tid_x();
+  for (int i = 0;; ++i) {
+    int* word = words + (i & 1);
+    if (tid == 0) *word = static_cast<int>(atomicAdd(a.decode_claim, 1u));
+    __syncthreads();
+    const int c = *word;  // uniform
+    if (c >= n) {
+      if (tid == 0 && c == n + sreg_nctaid_x() - 1) atomicExch(a.decode_claim, 0u);
+      return;
+    }
+    const int u = (first + c) * a.row_blocks;  // the item's only unit
+    if (unit_kind<Traits<kHeadDim, 1>::kRows>(a, u) == UnitKind::decode)
+      run_unit<T, kHeadDim, 4, true>(a, smem_raw, first + c, 0);
+  }
+}
+
 // Persistent CTAs. CTA x owns units x, x + grid, x + 2 grid, ... (a unit = item, block of
 // Pre::kRows packed vectors); the unit count is read from the plan header in device memory, so the grid
 // depends only on capacities. Each round classifies up to 128 of the CTA's units at once (one
@@ -621,7 +660,14 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   // The unit list sits past the data of both layouts (each path uses [0, its kOffUnits)).
   int* units = reinterpret_cast<int*>(smem_raw + units_offset<kHeadDim, kKind>());
   constexpr int kListEnd = -0x7fffffff - 1;  // list entry past the CTA's last unit
-  for (int k0 = 0;; k0 += kThreads) {
+  bool claimed = false;
+  if constexpr (kKind == kDecodeOnly) {
+    if (a.decode_claim != nullptr) {
+      claim_decode_units<T, kHeadDim>(a, smem_raw, units);
+      claimed = true;
+    }
+  }
+  for (int k0 = 0; !claimed; k0 += kThreads) {
     // The unit count, re-read each round (an L1/L2 hit), and the CTA's index and the grid:
     // not kept in registers while the units run (at the register cap ptxas spilled them).
     // The host keeps max_items x row_blocks below 2^30, so unit indices are 32-bit.
@@ -658,6 +704,15 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
     }
     __syncthreads();  // before the next round rewrites the list
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Decode-only: launched as the programmatic dependent of the slim sm90 prefill kernel
+  // (TESSERA_CUDA_BATCH=sm90-coresident), this grid must not complete before that one, whose
+  // split items' partials the merge after this grid reads: every thread waits here, after its
+  // last unit, for the prerequisite grid's completion and memory flush. Nothing before this
+  // point reads what that kernel writes (its O / LSE rows and partial rows are other rows than
+  // the decode items'). A plain launch has no prerequisite grid in flight: returns at once.
+  if constexpr (kKind == kDecodeOnly) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 }  // namespace tessera::cuda::batch

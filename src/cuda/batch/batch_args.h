@@ -53,17 +53,38 @@ struct BatchArgs {
   bool causal = false;
   int window_left = -1;
   int window_right = -1;
+
+  // Decode-only instance: null, the static walk (CTA x runs units x, x + grid, ...); else the
+  // plan header's decode_claim word, and CTAs claim the decode-shaped items one at a time
+  // (batch_attention_kernel, claim_decode_units). Set by TESSERA_CUDA_BATCH=sm90-coresident.
+  // Last, so that the other fields keep their parameter offsets.
+  std::uint32_t* decode_claim = nullptr;
 };
 
 // Packed query vectors at or below which an item runs on the decode-shaped kernel (the plan's
 // split between decode- and prefill-shaped items).
 inline constexpr int kDecodeMaxRows = plan::kDecodeMaxVectors;
 
+// How an attention instance is launched (launch_attention). The defaults are the plain launch.
+//   ctas_per_sm   grid = min(max_units, num_sms x this); 0: as many as fit alone (occupancy).
+//   programmatic  launch as a programmatic dependent of the kernel before it on the stream
+//                 (cudaLaunchAttributeProgrammaticStreamSerialization), where the instance's
+//                 code is sm_90 code (else a plain launch: the kernel then lacks the
+//                 griddepcontrol.wait that makes it complete only after that kernel). Used by
+//                 TESSERA_CUDA_BATCH=sm90-coresident for the decode-only instance beside the slim
+//                 sm90 prefill kernel (docs/perf/batch_prefill_sm90.md, "Ninth session:
+//                 co-resident prototype"; not yet run on a GPU).
+struct LaunchOptions {
+  int ctas_per_sm = 0;
+  bool programmatic = false;
+};
+
 // Two instances per (dtype, head dim), defined in instance_hdim*.cu, kKind an InstanceKind
 // (kernel_traits.cuh): decode-only and fused at head_dim 64/128, decode-only and prefill-only
 // at 256. Launches on `stream` with a grid of at most `max_units` CTAs.
 template <typename T, int kHeadDim, int kKind>
-void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream);
+void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream,
+                      LaunchOptions options = {});
 
 // Which merge kernel launch_merge runs (merge_kernel.cu), from the plan's host summary: the
 // fan-in kernel when the split rows carry more than kMergeFanInThreshold partials on average

@@ -3,8 +3,8 @@
 #include "cuda/batch/launch_template.cuh"
 
 namespace tessera::cuda::batch {
-template void launch_attention<__half, 256, kDecodeOnly>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__half, 256, kPrefillOnly>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__nv_bfloat16, 256, kDecodeOnly>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__nv_bfloat16, 256, kPrefillOnly>(const BatchArgs&, long long, int, void*);
+template void launch_attention<__half, 256, kDecodeOnly>(const BatchArgs&, long long, int, void*, LaunchOptions);
+template void launch_attention<__half, 256, kPrefillOnly>(const BatchArgs&, long long, int, void*, LaunchOptions);
+template void launch_attention<__nv_bfloat16, 256, kDecodeOnly>(const BatchArgs&, long long, int, void*, LaunchOptions);
+template void launch_attention<__nv_bfloat16, 256, kPrefillOnly>(const BatchArgs&, long long, int, void*, LaunchOptions);
 }  // namespace tessera::cuda::batch

@@ -3,8 +3,8 @@
 #include "cuda/batch/launch_template.cuh"
 
 namespace tessera::cuda::batch {
-template void launch_attention<__half, 64, kDecodeOnly>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__half, 64, kFused>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__nv_bfloat16, 64, kDecodeOnly>(const BatchArgs&, long long, int, void*);
-template void launch_attention<__nv_bfloat16, 64, kFused>(const BatchArgs&, long long, int, void*);
+template void launch_attention<__half, 64, kDecodeOnly>(const BatchArgs&, long long, int, void*, LaunchOptions);
+template void launch_attention<__half, 64, kFused>(const BatchArgs&, long long, int, void*, LaunchOptions);
+template void launch_attention<__nv_bfloat16, 64, kDecodeOnly>(const BatchArgs&, long long, int, void*, LaunchOptions);
+template void launch_attention<__nv_bfloat16, 64, kFused>(const BatchArgs&, long long, int, void*, LaunchOptions);
 }  // namespace tessera::cuda::batch

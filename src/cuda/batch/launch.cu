@@ -14,6 +14,7 @@
 
 #include "cuda/common/device_limits.h"
 #include "cuda/batch/batch_args.h"
+#include "cuda/batch/split_model.h"
 #include "cuda/batch/batch_attention.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
@@ -68,7 +69,7 @@ int smem_bytes_for(int head_dim) {
 }
 
 template <typename T, int D>
-void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] bool sm90_prefill) {
+void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] dispatch::BatchPath path) {
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
   // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
   // plan() wrote: when that many rows x group fit the decode shape, every item is decode-shaped
@@ -83,10 +84,70 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // units on the sm90 WGMMA kernel, then
   // the decode-shaped ones on the decode-only instance (which skips the others); the decode
   // launch follows the prefill kernel in stream order, and the merge depends on it.
-  if (sm90_prefill && max_item_vectors > batch::kDecodeMaxRows && sm90::batch_prefill_applicable(D) &&
-      compute_major(p.device.index) == 9) {
-    sm90::launch_batch_prefill(a, std::is_same_v<T, __nv_bfloat16>, D, max_units, num_sms, p.stream);
-    if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+  //
+  // Opt-in (TESSERA_CUDA_BATCH=sm90-coresident, head_dim 128):
+  // the slim instance of the prefill kernel (room left on every SM for one decode-only CTA),
+  // whose CTAs trigger their dependents at their start, then the decode-only instance as its
+  // programmatic dependent with two CTAs per SM taking decode items by claims, whose first CTAs
+  // take that room while the prefill CTAs run and the rest the slots prefill CTAs leave
+  // (docs/perf/batch_prefill_sm90.md, "Ninth session: co-resident prototype" and "Tenth
+  // session"). The chain's correctness: the decode kernel reads only plan arrays, Q and the
+  // cache (written before the prefill kernel in stream order; a dependent starts only after its
+  // primary has started) and writes only decode items' rows; each of its threads executes
+  // griddepcontrol.wait before exiting, so the decode grid completes only after the prefill
+  // grid has completed and its writes are visible; the merge (programmatic dependent of the
+  // decode kernel, waiting for that grid's completion) therefore sees both grids' partials.
+  // Where the decode instance is not sm_90 code it is launched plainly (sequential, correct).
+  //
+  // Under sm90-coresident a plan without prefill-shaped items (host summary, p.prefill_items)
+  // runs its decode units on the plain decode-only launch, the grid of the default path (as
+  // many CTAs as fit: 2 per SM at head_dim 128), not on the co-resident grid sized to share
+  // SMs with prefill CTAs that are not there; the slim prefill kernel follows it (it finds no
+  // unit and exits) so that a graph captured around this run still runs the prefill units of a
+  // later plan with some. Decode rows keep their bits: both launches run the same decode-only
+  // instance, and a unit's result depends only on its work item (plan), not on which CTA runs
+  // it or when. Prefill rows stay on the slim kernel whatever the batch holds (its 64-key tiles
+  // round differently from the fat kernel's 128-key tiles, and a request's output must not
+  // depend on the batch: SplitPolicy disabled / fixed, RequestResultsDoNotDependOnTheBatch).
+  //
+  // Opt-in (TESSERA_CUDA_BATCH=sm90-split): the fat prefill kernel on num_sms - k CTAs (one per
+  // SM; its CTAs trigger their dependents at their start) and the decode-only kernel as its
+  // programmatic dependent, two CTAs per SM by claims as above: its first 2k CTAs take the k SMs
+  // the prefill grid leaves free (a fat prefill CTA takes an SM's whole register file, so none
+  // joins one), the rest start as prefill CTAs exit. k from the plan's work (split_model.h) or
+  // TESSERA_CUDA_BATCH_DECODE_SMS. Same dependency chain as sm90-coresident; prefill rows run on
+  // the fat kernel as on the default path, so they keep its bits.
+  const bool coresident = path == dispatch::BatchPath::sm90_coresident && sm90::batch_prefill_slim_applicable(D);
+  const bool split = path == dispatch::BatchPath::sm90_split;
+  if (path != dispatch::BatchPath::portable && max_item_vectors > batch::kDecodeMaxRows &&
+      sm90::batch_prefill_applicable(D) && compute_major(p.device.index) == 9) {
+    const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+    if ((coresident || split) && p.prefill_items == 0 && a.group <= batch::kDecodeMaxRows) {
+      batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+      sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/coresident);
+      return;
+    }
+    int decode_sms = 0;
+    if (split && a.group <= batch::kDecodeMaxRows) {
+      const int knob = dispatch::batch_decode_sms_override();
+      const double flops = 4.0 * a.group * D * static_cast<double>(std::max<std::int64_t>(p.prefill_row_keys, 0));
+      const double bytes = 4.0 * D * static_cast<double>(std::max<std::int64_t>(p.decode_keys, 0));  // K + V, 16-bit
+      decode_sms = knob >= 0 ? std::min(knob, num_sms - 1) : batch::split_decode_sms(flops, bytes, num_sms);
+    }
+    sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
+    if (a.group <= batch::kDecodeMaxRows) {
+      batch::LaunchOptions options;
+      batch::BatchArgs d = a;
+      if (coresident || split) {
+        // Two CTAs per SM taking decode items by claims (attention_kernel.cuh,
+        // claim_decode_units): the first ones beside the prefill CTAs, the rest in the slots
+        // prefill CTAs leave, all of them until the items run out. The counter lives in the
+        // plan header (device memory; only its address is formed here).
+        options = {/*ctas_per_sm=*/2, /*programmatic=*/true};
+        d.decode_claim = const_cast<std::uint32_t*>(&a.header->decode_claim);
+      }
+      batch::launch_attention<T, D, batch::kDecodeOnly>(d, max_units, num_sms, p.stream, options);
+    }
     return;
   }
 #endif
@@ -102,11 +163,11 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 }
 
 template <typename T>
-void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, bool sm90_prefill) {
+void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, dispatch::BatchPath path) {
   switch (p.head_dim) {
-    case 64: return launch_instances<T, 64>(a, p, num_sms, sm90_prefill);
-    case 128: return launch_instances<T, 128>(a, p, num_sms, sm90_prefill);
-    case 256: return launch_instances<T, 256>(a, p, num_sms, sm90_prefill);
+    case 64: return launch_instances<T, 64>(a, p, num_sms, path);
+    case 128: return launch_instances<T, 128>(a, p, num_sms, path);
+    case 256: return launch_instances<T, 256>(a, p, num_sms, path);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -223,14 +284,14 @@ void batch_attention_run(const BatchRunParams& p) {
                     std::to_string(static_cast<long long>(p.layout.max_items) * a.row_blocks));
   // Read on every run (a misspelt value fails here, whatever the shape), before any launch.
   // The sm90 prefill kernel unless TESSERA_CUDA_BATCH=portable (launch_instances still takes it
-  // only on compute capability 9.0 at head_dim 64 and 128).
-  const bool sm90_prefill = dispatch::batch_path_override() != dispatch::BatchPath::portable;
+  // only on compute capability 9.0 at head_dim 64 and 128); sm90-coresident picks its slim policy.
+  const dispatch::BatchPath path = dispatch::batch_path_override();
   DeviceScope scope(p.device.index);
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)
-    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, sm90_prefill);
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path);
   else if (p.dtype == DType::f16)
-    launch_for_head_dim<__half>(a, p, num_sms, sm90_prefill);
+    launch_for_head_dim<__half>(a, p, num_sms, path);
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));

@@ -15,7 +15,7 @@
 namespace tessera::cuda::batch {
 
 template <typename T, int kHeadDim, int kKind>
-void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream) {
+void launch_attention(const BatchArgs& args, long long max_units, int num_sms, void* stream, LaunchOptions options) {
   constexpr int kThreads = Traits<kHeadDim, 4>::kThreads;
   constexpr int kSmem = instance_smem_bytes<kHeadDim, kKind>();
   if (max_units <= 0) return;
@@ -23,18 +23,42 @@ void launch_attention(const BatchArgs& args, long long max_units, int num_sms, v
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   // Resident CTAs per SM, per device: set the smem opt-in and ask the occupancy calculator
-  // once (host-side queries only; nothing here synchronises or allocates).
+  // once (host-side queries only; nothing here synchronises or allocates). The binary's
+  // architecture too: the programmatic form needs the sm_90 code (griddepcontrol).
   constexpr int kMaxDevices = 64;
   static std::atomic<int> resident[kMaxDevices] = {};
+  static std::atomic<int> binary_version[kMaxDevices] = {};
   int per_sm = device < kMaxDevices ? resident[device].load(std::memory_order_relaxed) : 0;
-  if (per_sm == 0) {
+  int version = device < kMaxDevices ? binary_version[device].load(std::memory_order_relaxed) : 0;
+  if (per_sm == 0 || version == 0) {
     if (kSmem > 48 * 1024)
       TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
     per_sm = std::max(per_sm, 1);
-    if (device < kMaxDevices) resident[device].store(per_sm, std::memory_order_relaxed);
+    cudaFuncAttributes fa = {};
+    TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    version = std::max(fa.binaryVersion, 1);
+    if (device < kMaxDevices) {
+      binary_version[device].store(version, std::memory_order_relaxed);
+      resident[device].store(per_sm, std::memory_order_relaxed);
+    }
   }
+  if (options.ctas_per_sm > 0) per_sm = std::min(per_sm, options.ctas_per_sm);
   const long long grid = std::min<long long>(max_units, static_cast<long long>(num_sms) * per_sm);
+  if (options.programmatic && version >= 90) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmem;
+    cfg.stream = static_cast<cudaStream_t>(stream);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args));
+    return;
+  }
   kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }

@@ -20,6 +20,24 @@ __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void*
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// An L2 eviction policy (createpolicy, sm_80+) that marks the lines a copy brings in as the first
+// to evict: for data read exactly once (the decode's K/V stream), so that it does not push out
+// lines other CTAs still reuse (e.g. a prefill kernel's K/V tiles running beside it).
+__device__ __forceinline__ std::uint64_t l2_evict_first_policy() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// cp_async_16_zfill with an L2 cache policy from l2_evict_first_policy (or another createpolicy).
+__device__ __forceinline__ void cp_async_16_zfill_hint(std::uint32_t dst, const void* src, bool valid,
+                                                      std::uint64_t policy) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes), "l"(policy)
+               : "memory");
+}
+
 // 4-byte form for per-row scalars (the backward's LSE and D rows, which need not be 16-byte
 // aligned): L1-allocating .ca is the only form for 4 bytes; zero-fill when !valid. (Moved here
 // from the sm80 backward so that the sm90 backward shares it.)

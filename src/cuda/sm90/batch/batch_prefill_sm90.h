@@ -11,9 +11,15 @@ namespace tessera::cuda::sm90 {
 // True for the shapes the kernel has an instance for (head_dim 64 and 128, bf16 / fp16).
 bool batch_prefill_applicable(int head_dim);
 
+// True where the slim (co-resident) policy has an instance: head_dim 128 (bf16 / fp16).
+bool batch_prefill_slim_applicable(int head_dim);
+
 // Launches the prefill-shaped units of the plan in `args` (header.num_prefill_items, read on
-// the device) on a persistent grid of min(max_units, num_sms) CTAs. bf16: else fp16.
+// the device) on a persistent grid of min(max_units, num_sms) CTAs. bf16: else fp16. slim (only
+// where batch_prefill_slim_applicable; else ignored): the instance that leaves room for one
+// decode-only CTA per SM and lets a programmatic dependent launch at once
+// (TESSERA_CUDA_BATCH=sm90-coresident, a prototype not yet run on a GPU).
 void launch_batch_prefill(const batch::BatchArgs& args, bool bf16, int head_dim, long long max_units, int num_sms,
-                          void* stream);
+                          void* stream, bool slim = false);
 
 }  // namespace tessera::cuda::sm90

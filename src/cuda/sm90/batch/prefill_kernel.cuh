@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "cuda/batch/batch_args.h"
+#include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
@@ -51,21 +52,36 @@
 
 namespace tessera::cuda::sm90::batch_prefill {
 
-// Shared memory (from a 1024-byte aligned base): Q [128 x D] | K ring [kStages x 128 x D] |
+// Shared memory (from a 1024-byte aligned base): Q [128 x D] | K ring [kStages x BN x D] |
 // V ring | barriers (q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S]).
-template <int kHeadDim_>
+//
+// Two resource policies of the same code:
+//   fat  (kSlim false): the CTA has the SM to itself (TESSERA_CUDA_BATCH=sm90).
+//   slim (kSlim true, head_dim 128 only; TESSERA_CUDA_BATCH=sm90-coresident, GPU-tested in
+//        the tenth session): leaves room on the SM for one CTA of the decode-only mma.sync
+//        instance (batch::kDecodeOnly: 128 threads, 147 registers allocated as 152, 106,624 B),
+//        launched as this kernel's programmatic dependent (docs/perf/batch_prefill_sm90.md,
+//        section 5 and "Ninth session: co-resident prototype"): 64-key tiles, 2 stages,
+//        registers capped at 120 at entry (__maxnreg__), setmaxnreg 40 / 160.
+template <int kHeadDim_, bool kSlim_ = false>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kSlim = kSlim_;
+  static_assert(!kSlim || kHeadDim == 128, "the slim policy exists at head_dim 128 only");
   static constexpr int kBlockM = 128;  // packed query vectors per unit: plan::packed_q_rows
-  static constexpr int kBlockN = 128;  // keys per tile
-  // Stages in flight: 3 at d128 (Q 32 KB + 3 x 64 KB), 4 at d64 (16 KB + 4 x 32 KB).
-  static constexpr int kStages = kHeadDim_ == 64 ? 4 : 3;
+  static constexpr int kBlockN = kSlim ? 64 : 128;  // keys per tile
+  // Stages in flight: fat 3 at d128 (Q 32 KB + 3 x 64 KB), 4 at d64 (16 KB + 4 x 32 KB); slim
+  // 2 at d128 (Q 32 KB + 2 x 32 KB: a third stage would need 131,072 B of the 124,800 left).
+  static constexpr int kStages = kSlim ? 2 : (kHeadDim_ == 64 ? 4 : 3);
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
   static constexpr int kConsumerWarps = 8;
-  // 128 x 40 + 256 x 232 = 64,512 registers: the gathering producer needs more than the
-  // forward's single TMA thread.
+  // fat: 128 x 40 + 256 x 232 = 64,512 registers: the gathering producer needs more than the
+  // forward's single TMA thread. slim: 128 x 40 + 256 x 160 = 46,080 = 384 x 120 (the entry
+  // cap), leaving 65,536 - 46,080 = 19,456 = 128 x 152 for one decode-only CTA.
   static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  static constexpr int kConsumerRegs = kSlim ? 160 : 232;
+  static constexpr int kEntryRegs = kSlim ? 120 : 168;  // slim: __maxnreg__; fat: launch bounds (384, 1)
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kEntryRegs, "setmaxnreg stays in the CTA's pool");
   static_assert(kBlockM == plan::packed_q_rows(kHeadDim), "a unit is one Q tile");
   static constexpr int kPanels = kHeadDim / 64;  // 128-byte panels of 64 16-bit columns
   static constexpr int kChunks = kHeadDim / 8;   // 16-byte chunks per row
@@ -80,6 +96,17 @@ struct Traits {
   static constexpr int kBarriers = 2 + 4 * kStages;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
+  static_assert(kBlockN == 64 || kBlockN == 128, "the K/V gather: 16 key rows per pass, 4 or 8 passes");
+  // Co-residency (slim): this CTA + one decode-only CTA, each with the 1 KB the SM reserves per
+  // CTA, within sm_90's 233,472 bytes (228 KB) of shared memory per SM; registers: this CTA's
+  // 384 x kEntryRegs + the decode-only CTA's 128 x kDecodeCtaRegs <= 65,536.
+  static constexpr int kSmPerSmBytes = 233472;
+  static constexpr int kDecodeCtaSmemBytes = batch::instance_smem_bytes<kHeadDim, batch::kDecodeOnly>();
+  static constexpr int kDecodeCtaRegs = 152;  // ptxas 147 (sm_90, CUDA 13.0), allocated in steps of 8
+  static_assert(!kSlim || kSmemBytes + 1024 + kDecodeCtaSmemBytes + 1024 <= kSmPerSmBytes,
+                "slim: a decode-only CTA fits beside this one in shared memory");
+  static_assert(!kSlim || kThreads * kEntryRegs + 128 * kDecodeCtaRegs <= 65536,
+                "slim: a decode-only CTA fits beside this one in the register file");
 };
 
 // Byte offset of 16-byte chunk `ch` of row `r` in a tile of R rows of 128-byte-swizzled panels.
@@ -121,9 +148,11 @@ __device__ __forceinline__ int snake_unit(int r) {
   return r * g + ((r & 1) ? g - 1 - b : b);
 }
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(const __grid_constant__ batch::BatchArgs a) {
-  using Tr = Traits<kHeadDim>;
+// The kernel's body, for either policy (the two __global__ entries below differ only in their
+// register bound).
+template <typename T, typename Tr>
+__device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
+  constexpr int kHeadDim = Tr::kHeadDim;
   constexpr int D = kHeadDim, BN = Tr::kBlockN, S = Tr::kStages;
   constexpr bool kBf16 = cuda::Traits<T>::is_bf16;
   extern __shared__ unsigned char smem_raw[];
@@ -172,17 +201,21 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
     constexpr int kRowStep = 128 / Tr::kChunks;
     const int ch = t % Tr::kChunks, r_first = t / Tr::kChunks;
     // K / V (tenth session): warp w copies the rows r with r % 16 in [4 w, 4 w + 4); lane l takes
-    // row 4 w + l / 8 + 16 i (i = 0..7) and 16-byte chunk l % 8 of each 128-byte panel, so that
-    // one LDGSTS of the warp reads 4 rows x 128 contiguous bytes, 4 whole lines (the pair layout
-    // before read 16 rows x 32 bytes, 16 one-sector requests). Each lane looks up one row per
-    // tile (its own: 4 w + l % 4 + 16 (l / 4), the row lane 4 i + l / 8 copies at pass i) and
-    // hands its source offsets to the 8 lanes that copy it by shuffle.
+    // row 4 w + l / 8 + 16 i (i = 0..BN / 16 - 1: 8 passes fat, 4 slim) and 16-byte chunk l % 8
+    // of each 128-byte panel, so that one LDGSTS of the warp reads 4 rows x 128 contiguous bytes,
+    // 4 whole lines (the pair layout before read 16 rows x 32 bytes, 16 one-sector requests).
+    // Each lane looks up one row per tile (its own: 4 w + l % 4 + 16 (l / 4), the row lane
+    // 4 i + l / 8 copies at pass i) and hands its source offsets to the 8 lanes that copy it by
+    // shuffle. At BN 64 only lanes l < 16 own a row of the tile (l / 4 < 4: rows < 64), and they
+    // are exactly the lanes the 4 passes read from (4 i + l / 8 <= 15); lanes 16-31 would own rows
+    // of the next tile and skip the lookup (no page-table load for a row nobody copies).
     const int lane_p = t % 32, warp_p = t / 32;
     const int kv_ch = lane_p % 8;
     const int kv_row0 = 4 * warp_p + lane_p / 8;                          // pass i: kv_row0 + 16 i
     const int own_row = 4 * warp_p + lane_p % 4 + 16 * (lane_p / 4);  // the row this lane looks up
     const std::uint32_t kv_dst0 = static_cast<std::uint32_t>(kv_row0 * 128 + ((kv_ch ^ (kv_row0 & 7)) << 4));
-    static_assert(Tr::kBlockN == 128, "8 passes of 16 rows");
+    static_assert(BN == 128 || BN == 64, "8 or 4 passes of 16 rows; every own row < BN is read by a pass");
+    const bool own_in_tile = BN == 128 || lane_p < BN / 4;  // fat: always (no code)
     const int page_size = a.page_size, page_shift = a.page_shift;
     for (int rnd = 0;; ++rnd, ++q_round) {
       const int u = snake_unit(rnd);
@@ -227,7 +260,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
         std::uint64_t k_own = reinterpret_cast<std::uint64_t>(kp), v_own = reinterpret_cast<std::uint64_t>(vp);
         {
           const int j = key0 + own_row;
-          if (j >= un.it.kv_begin && j < un.it.kv_end) {
+          if (own_in_tile && j >= un.it.kv_begin && j < un.it.kv_end) {
             const int pg = page_shift >= 0 ? j >> page_shift : j / page_size;
             const std::int64_t page = __ldg(pages + pg), slot = j - pg * page_size;
             k_own = reinterpret_cast<std::uint64_t>(kp + (page * a.k_page + slot * a.k_token + k_head_off)) | 1u;
@@ -397,6 +430,30 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
     }
   }
   if (c == 0) take_turn();  // the last warpgroup's last arrival: leave the barrier balanced
+}
+
+// The fat policy: alone on the SM (TESSERA_CUDA_BATCH=sm90).
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(const __grid_constant__ batch::BatchArgs a) {
+  // TESSERA_CUDA_BATCH=sm90-split launches the decode-only kernel as this grid's programmatic
+  // dependent, to run on the SMs this grid leaves free: let it launch at once. Without a
+  // programmatic dependent (the default path) this does nothing.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  prefill_body<T, Traits<kHeadDim>>(a);
+}
+
+// The slim policy (TESSERA_CUDA_BATCH=sm90-coresident, head_dim 128): registers capped at
+// Traits::kEntryRegs at entry (__maxnreg__, which excludes __launch_bounds__; launched with
+// kThreads), so that 384 x 120 + the decode-only CTA's 128 x 152 fit the register file. Every
+// CTA lets its programmatic dependent (the decode-only kernel) launch at once: that grid's CTAs
+// then take the room each SM has left beside this one (griddepcontrol.launch_dependents signals
+// only; the dependent reads nothing this kernel writes, and waits for this grid's completion
+// before it exits, so that the merge after it sees both grids' partials).
+template <typename T, int kHeadDim>
+__global__ void __maxnreg__((Traits<kHeadDim, true>::kEntryRegs))
+    prefill_kernel_slim(const __grid_constant__ batch::BatchArgs a) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  prefill_body<T, Traits<kHeadDim, true>>(a);
 }
 
 }  // namespace tessera::cuda::sm90::batch_prefill
