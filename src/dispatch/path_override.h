@@ -3,17 +3,17 @@
 //   TESSERA_CUDA_BACKWARD = portable | portable-compact | portable-compact2
 //                           (the sm80 main kernel; the compact ones also force its compact
 //                           head_dim 128 layouts, see docs/TESTING.md)
-//   TESSERA_CUDA_BATCH    = portable | sm90 | sm90-coresident         (BatchAttention's prefill
-//                           units: on compute capability 9.0 at head_dim 64 and 128 they run on
-//                           the sm90 WGMMA kernel by default (sm90 asks for it explicitly);
-//                           portable keeps the mma.sync kernels: docs/perf/batch_prefill_sm90.md.
-//                           sm90-coresident: at head_dim 128 a register- and smem-slim instance of
-//                           that kernel, with the decode-only kernel launched as its programmatic
-//                           dependent so that one decode CTA shares each SM with a prefill CTA;
-//                           elsewhere the same as sm90. sm90-split: the fat sm90 prefill on
+//   TESSERA_CUDA_BATCH    = portable | sm90 | sm90-split | sm90-coresident  (BatchAttention's
+//                           prefill units: on compute capability 9.0 at head_dim 64 and 128 they
+//                           run on the sm90 WGMMA kernel; portable keeps the mma.sync kernels
+//                           (docs/perf/batch_prefill_sm90.md). Default = sm90-split: that kernel on
 //                           num_sms - k SMs and the decode-only kernel on the other k at the same
-//                           time (docs/perf/mixed_batch.md, "SM split"); k from
-//                           TESSERA_CUDA_BATCH_DECODE_SMS (a measurement knob) or the host model)
+//                           time (docs/perf/mixed_batch.md, "SM split"), k from the host model or
+//                           TESSERA_CUDA_BATCH_DECODE_SMS (a measurement knob). sm90: the two one
+//                           after the other. sm90-coresident: at head_dim 128 a register- and
+//                           smem-slim instance of that kernel, with the decode-only kernel
+//                           launched as its programmatic dependent so that one decode CTA shares
+//                           each SM with a prefill CTA; elsewhere the same as sm90)
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
 // a misspelt override must not silently run the default path.
@@ -62,7 +62,7 @@ inline BatchPath parse_batch_path(const char* value) {
   bad_path_override("TESSERA_CUDA_BATCH", "'portable', 'sm90', 'sm90-coresident', 'sm90-split'", value);
 }
 
-// TESSERA_CUDA_BATCH_DECODE_SMS (a measurement knob of TESSERA_CUDA_BATCH=sm90-split): the
+// TESSERA_CUDA_BATCH_DECODE_SMS (a measurement knob of the default / sm90-split batch path): the
 // SMs given to decode; unset or empty: -1 (the host model picks). Anything but a whole number
 // in [0, 4096] throws, naming the variable.
 inline int parse_batch_decode_sms(const char* value) {

@@ -842,7 +842,7 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   b.q_lens = {1, 1, 70, 1, 5, 1, 0, 33, 1, 1};
   b.kv_lens = {9000, 1, 300, 0, 4000, 65, 7, 33, 20000, 129};
   // Decode-shaped items only, and prefill-shaped items only, in the same layout: under
-  // TESSERA_CUDA_BATCH=sm90-coresident the launch sequence depends on which kinds the plan holds
+  // the default path (sm90-split) and sm90-coresident the launch sequence depends on which kinds the plan holds
   // (launch.cu), so a graph captured with one kind must still run a plan of the other.
   Spec dec = a;
   dec.q_lens = {1, 1, 1, 1};
@@ -975,7 +975,7 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
   expect_close(result(pa), oa, "graph a after b");
 
-  // The decode-item claim counter in the plan header (sm90-coresident; 0 on every other path)
+  // The decode-item claim counter in the plan header (default sm90-split and sm90-coresident paths)
   // is back to 0 after every run, so replays need no host write (attention_kernel.cuh,
   // claim_decode_units).
   const plan::WorkspaceLayout layout = plan::workspace_layout(plan::make_plan_config(c, facts), ws.bytes);

@@ -80,10 +80,12 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
 #if defined(TESSERA_HAS_SM90_KERNELS)
-  // Default on compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off): the prefill-shaped
-  // units on the sm90 WGMMA kernel, then
-  // the decode-shaped ones on the decode-only instance (which skips the others); the decode
-  // launch follows the prefill kernel in stream order, and the merge depends on it.
+  // On compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off) the prefill-shaped units run
+  // on the sm90 WGMMA kernel and the decode-shaped ones on the decode-only instance (which skips
+  // the others). By default the two share the SMs (sm90-split, below: measured 0.87-0.88 ms
+  // against 0.96-0.97 for the mixed bench, docs/perf/mixed_batch.md "SM split");
+  // TESSERA_CUDA_BATCH=sm90 keeps the sequential order: the decode launch follows the prefill
+  // kernel in stream order, and the merge depends on it.
   //
   // Opt-in (TESSERA_CUDA_BATCH=sm90-coresident, head_dim 128):
   // the slim instance of the prefill kernel (room left on every SM for one decode-only CTA),
@@ -110,7 +112,7 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // round differently from the fat kernel's 128-key tiles, and a request's output must not
   // depend on the batch: SplitPolicy disabled / fixed, RequestResultsDoNotDependOnTheBatch).
   //
-  // Opt-in (TESSERA_CUDA_BATCH=sm90-split): the fat prefill kernel on num_sms - k CTAs (one per
+  // Default (or TESSERA_CUDA_BATCH=sm90-split): the fat prefill kernel on num_sms - k CTAs (one per
   // SM; its CTAs trigger their dependents at their start) and the decode-only kernel as its
   // programmatic dependent, two CTAs per SM by claims as above: its first 2k CTAs take the k SMs
   // the prefill grid leaves free (a fat prefill CTA takes an SM's whole register file, so none
@@ -118,7 +120,7 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // TESSERA_CUDA_BATCH_DECODE_SMS. Same dependency chain as sm90-coresident; prefill rows run on
   // the fat kernel as on the default path, so they keep its bits.
   const bool coresident = path == dispatch::BatchPath::sm90_coresident && sm90::batch_prefill_slim_applicable(D);
-  const bool split = path == dispatch::BatchPath::sm90_split;
+  const bool split = path == dispatch::BatchPath::sm90_split || path == dispatch::BatchPath::automatic;
   if (path != dispatch::BatchPath::portable && max_item_vectors > batch::kDecodeMaxRows &&
       sm90::batch_prefill_applicable(D) && compute_major(p.device.index) == 9) {
     const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
