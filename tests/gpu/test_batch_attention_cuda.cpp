@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <ostream>
@@ -990,23 +991,28 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   // Three more replays of the graph captured with a (mixed), re-planned in between with a
   // decode-only, a prefill-only and the mixed batch b; results and the counter every time.
   const Oracle oc = oracle(pc), oe = oracle(pe), ob = oracle(pb);
-  const std::tuple<const Problem*, std::int64_t, const Oracle*, const char*> replays[] = {
-      {&pc, pages_a + pages_b, &oc, "graph a replaying c (decode only)"},
-      {&pe, pages_a + pages_b + pages_c, &oe, "graph a replaying e (prefill only)"},
-      {&pb, pages_a, &ob, "graph a replaying b again"}};
-  for (const auto& [prob, offset, orc, what] : replays) {
-    plan(*prob);
-    load(*prob, offset);
-    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
-    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
-    expect_close(result(*prob), *orc, what);
-    EXPECT_EQ(claim_counter(), 0u) << what;
-  }
+  // Each entry: re-plan and load a problem (its pages at an offset in the shared cache), replay
+  // the instantiated graph, check the result and the counter.
+  using Replay = std::tuple<const Problem*, std::int64_t, const Oracle*, const char*>;
+  auto replay_each = [&](std::initializer_list<Replay> replays) {
+    for (const auto& [prob, offset, orc, what] : replays) {
+      plan(*prob);
+      load(*prob, offset);
+      TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+      TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+      expect_close(result(*prob), *orc, what);
+      EXPECT_EQ(claim_counter(), 0u) << what;
+    }
+  };
+  replay_each({{&pc, pages_a + pages_b, &oc, "graph a replaying c (decode only)"},
+               {&pe, pages_a + pages_b + pages_c, &oe, "graph a replaying e (prefill only)"},
+               {&pb, pages_a, &ob, "graph a replaying b again"}});
   TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
   TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
 
-  // A graph captured with a decode-only plan (sm90-coresident: the plain decode grid, then the
-  // slim prefill kernel with nothing to do) replays a mixed and a prefill-only plan correctly.
+  // A graph captured with a decode-only plan (default sm90-split and sm90-coresident: the plain
+  // decode grid, then the prefill kernel with nothing to do) replays a mixed and a prefill-only
+  // plan correctly.
   plan(pc);
   load(pc, pages_a + pages_b);
   {
@@ -1019,17 +1025,8 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
   TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
   expect_close(result(pc), oc, "graph c");
-  const std::tuple<const Problem*, std::int64_t, const Oracle*, const char*> replays_c[] = {
-      {&pb, pages_a, &ob, "graph c replaying b (mixed)"},
-      {&pe, pages_a + pages_b + pages_c, &oe, "graph c replaying e (prefill only)"}};
-  for (const auto& [prob, offset, orc, what] : replays_c) {
-    plan(*prob);
-    load(*prob, offset);
-    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
-    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
-    expect_close(result(*prob), *orc, what);
-    EXPECT_EQ(claim_counter(), 0u) << what;
-  }
+  replay_each({{&pb, pages_a, &ob, "graph c replaying b (mixed)"},
+               {&pe, pages_a + pages_b + pages_c, &oe, "graph c replaying e (prefill only)"}});
   TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
   TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
 }
