@@ -118,7 +118,9 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // the prefill grid leaves free (a fat prefill CTA takes an SM's whole register file, so none
   // joins one), the rest start as prefill CTAs exit. k from the plan's work (split_model.h) or
   // TESSERA_CUDA_BATCH_DECODE_SMS. Same dependency chain as sm90-coresident; prefill rows run on
-  // the fat kernel as on the default path, so they keep its bits.
+  // the fat kernel as under sm90, so they keep its bits (a unit is computed by one CTA whatever
+  // the grid), and decode rows keep theirs (claims). k is a launch shape: a graph captured with
+  // one plan keeps its k when replayed after another plan() (speed only, never the results).
   const bool coresident = path == dispatch::BatchPath::sm90_coresident && sm90::batch_prefill_slim_applicable(D);
   const bool split = path == dispatch::BatchPath::sm90_split || path == dispatch::BatchPath::automatic;
   if (path != dispatch::BatchPath::portable && max_item_vectors > batch::kDecodeMaxRows &&
