@@ -3,8 +3,11 @@
 // One batch may mix prefill chunks (q_len > 1) and decode tokens (q_len = 1). plan() runs on
 // the host: from per-request (q_len, kv_len) and the device's facts it builds the work list
 // (query tiles, KV split points, merge index) and stores it in a caller-provided workspace.
-// run() reads only the workspace, allocates nothing and does no host synchronisation, so on
-// CUDA it can be captured in a graph and replayed after a new plan() into the same workspace.
+// run() allocates nothing and does no host synchronisation, so on CUDA it can be captured in a
+// graph and replayed after a new plan() into the same workspace. Besides the plan it uses the
+// workspace as scratch (split rows' partial results; on CUDA a work counter it leaves at 0), so
+// one run() per workspace may be in flight at a time: runs on one stream, or graph replays on
+// one stream, are fine; runs of one workspace on two streams at once are not.
 //
 // Queries are packed: q (total_q, heads_q, head_dim) with request b's rows at
 // [qo_offset(b), qo_offset(b) + q_len(b)). Causal masking is bottom-right per request.

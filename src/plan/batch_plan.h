@@ -115,10 +115,11 @@ struct alignas(16) PlanHeader {
   std::int32_t split_slots = 0;  // (tile, chunk) pairs of split tiles
   std::int32_t num_prefill_items = 0;  // items [0, this) are prefill-shaped, the rest decode-shaped
   // Claim counter of the decode-shaped items, for a backend whose CTAs take those items by an
-  // atomic increment (CUDA, TESSERA_CUDA_BATCH=sm90-coresident). plan() writes 0; such a run
+  // atomic increment (CUDA on compute capability 9.0: the default SM split, and sm90-coresident). plan() writes 0; such a run
   // leaves it 0 again (its last CTA resets it), so the next run, a graph replay, or a run after
-  // a new plan() starts from 0 without a host write. A run that fails mid-way can leave it
-  // dirty until the next plan().
+  // a new plan() starts from 0 without a host write. Hence one run() in flight per workspace
+  // (as split rows' partials already require); a run that fails mid-way, or two runs of one
+  // workspace at once, can leave it dirty until the next plan().
   std::uint32_t decode_claim = 0;
 };
 static_assert(sizeof(PlanHeader) == 64);
@@ -202,7 +203,7 @@ struct PlanSummary {
   int split_slots = 0;
   int num_prefill_items = 0;      // items [0, this) are prefill-shaped (see "Item order")
   std::int64_t chunk_tokens = 0;  // chosen chunk size; 0 = no split
-  // Work of the two kinds (per KV head; launch-shape hints only, never what is computed):
+  // Work of the two kinds (summed over KV heads; launch-shape hints only, never what is computed):
   // prefill-shaped items' query rows x keys, decode-shaped items' keys.
   std::int64_t prefill_row_keys = 0;
   std::int64_t decode_keys = 0;

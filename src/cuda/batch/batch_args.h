@@ -56,7 +56,8 @@ struct BatchArgs {
 
   // Decode-only instance: null, the static walk (CTA x runs units x, x + grid, ...); else the
   // plan header's decode_claim word, and CTAs claim the decode-shaped items one at a time
-  // (batch_attention_kernel, claim_decode_units). Set by TESSERA_CUDA_BATCH=sm90-coresident.
+  // (batch_attention_kernel, claim_decode_units). Set by the SM split (the default on compute
+  // capability 9.0) and by TESSERA_CUDA_BATCH=sm90-coresident.
   // Last, so that the other fields keep their parameter offsets.
   std::uint32_t* decode_claim = nullptr;
 };
@@ -70,10 +71,9 @@ inline constexpr int kDecodeMaxRows = plan::kDecodeMaxVectors;
 //   programmatic  launch as a programmatic dependent of the kernel before it on the stream
 //                 (cudaLaunchAttributeProgrammaticStreamSerialization), where the instance's
 //                 code is sm_90 code (else a plain launch: the kernel then lacks the
-//                 griddepcontrol.wait that makes it complete only after that kernel). Used by
-//                 TESSERA_CUDA_BATCH=sm90-coresident for the decode-only instance beside the slim
-//                 sm90 prefill kernel (docs/perf/batch_prefill_sm90.md, "Ninth session:
-//                 co-resident prototype"; not yet run on a GPU).
+//                 griddepcontrol.wait that makes it complete only after that kernel). Used for
+//                 the decode-only instance after the sm90 prefill kernel by the SM split (the
+//                 default, docs/perf/mixed_batch.md "SM split") and by sm90-coresident.
 struct LaunchOptions {
   int ctas_per_sm = 0;
   bool programmatic = false;

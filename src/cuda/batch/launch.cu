@@ -69,7 +69,8 @@ int smem_bytes_for(int head_dim) {
 }
 
 template <typename T, int D>
-void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] dispatch::BatchPath path) {
+void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] dispatch::BatchPath path,
+                      [[maybe_unused]] int decode_sms_knob) {
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
   // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
   // plan() wrote: when that many rows x group fit the decode shape, every item is decode-shaped
@@ -133,10 +134,10 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
     }
     int decode_sms = 0;
     if (split && a.group <= batch::kDecodeMaxRows) {
-      const int knob = dispatch::batch_decode_sms_override();
       const double flops = 4.0 * a.group * D * static_cast<double>(std::max<std::int64_t>(p.prefill_row_keys, 0));
-      const double bytes = 4.0 * D * static_cast<double>(std::max<std::int64_t>(p.decode_keys, 0));  // K + V, 16-bit
-      decode_sms = knob >= 0 ? std::min(knob, num_sms - 1) : batch::split_decode_sms(flops, bytes, num_sms);
+      const double bytes = 2.0 * D * sizeof(T) * static_cast<double>(std::max<std::int64_t>(p.decode_keys, 0));  // K + V
+      decode_sms = decode_sms_knob >= 0 ? std::min(decode_sms_knob, num_sms - 1)
+                                        : batch::split_decode_sms(flops, bytes, num_sms);
     }
     sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
     if (a.group <= batch::kDecodeMaxRows) {
@@ -167,11 +168,12 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 }
 
 template <typename T>
-void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, dispatch::BatchPath path) {
+void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, dispatch::BatchPath path,
+                         int decode_sms_knob) {
   switch (p.head_dim) {
-    case 64: return launch_instances<T, 64>(a, p, num_sms, path);
-    case 128: return launch_instances<T, 128>(a, p, num_sms, path);
-    case 256: return launch_instances<T, 256>(a, p, num_sms, path);
+    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob);
+    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob);
+    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -290,12 +292,13 @@ void batch_attention_run(const BatchRunParams& p) {
   // The sm90 prefill kernel unless TESSERA_CUDA_BATCH=portable (launch_instances still takes it
   // only on compute capability 9.0 at head_dim 64 and 128); sm90-coresident picks its slim policy.
   const dispatch::BatchPath path = dispatch::batch_path_override();
+  const int decode_sms_knob = dispatch::batch_decode_sms_override();  // likewise: a bad value fails every run
   DeviceScope scope(p.device.index);
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)
-    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path);
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob);
   else if (p.dtype == DType::f16)
-    launch_for_head_dim<__half>(a, p, num_sms, path);
+    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob);
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));

@@ -37,7 +37,9 @@ void launch_attention(const BatchArgs& args, long long max_units, int num_sms, v
     per_sm = std::max(per_sm, 1);
     cudaFuncAttributes fa = {};
     TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-    version = std::max(fa.binaryVersion, 1);
+    // The code's PTX version, not only the binary's: sm_90 SASS JIT-compiled from compute_80
+    // PTX has no griddepcontrol instructions.
+    version = std::max(std::min(fa.binaryVersion, fa.ptxVersion), 1);
     if (device < kMaxDevices) {
       binary_version[device].store(version, std::memory_order_relaxed);
       resident[device].store(per_sm, std::memory_order_relaxed);

@@ -272,7 +272,8 @@ __global__ void __launch_bounds__(kFanInThreads, 4) merge_fan_in_kernel(const __
 int merge_binary_version() {
   static const int version = [] {
     cudaFuncAttributes fa = {};
-    if (cudaFuncGetAttributes(&fa, merge_rows_kernel<__half>) == cudaSuccess) return fa.binaryVersion;
+    // griddepcontrol exists only in code compiled from compute_90+ PTX (not in sm_90 SASS JIT-compiled from compute_80).
+    if (cudaFuncGetAttributes(&fa, merge_rows_kernel<__half>) == cudaSuccess) return std::min(fa.binaryVersion, fa.ptxVersion);
     (void)cudaGetLastError();  // not fatal here: the launch below reports a real problem
     return 0;
   }();

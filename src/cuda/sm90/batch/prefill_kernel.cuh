@@ -432,12 +432,13 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
   if (c == 0) take_turn();  // the last warpgroup's last arrival: leave the barrier balanced
 }
 
-// The fat policy: alone on the SM (TESSERA_CUDA_BATCH=sm90).
+// The fat policy: alone on its SM (the default SM split and TESSERA_CUDA_BATCH=sm90).
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(const __grid_constant__ batch::BatchArgs a) {
-  // TESSERA_CUDA_BATCH=sm90-split launches the decode-only kernel as this grid's programmatic
-  // dependent, to run on the SMs this grid leaves free: let it launch at once. Without a
-  // programmatic dependent (the default path) this does nothing.
+  // The SM split (the default) launches the decode-only kernel as this grid's programmatic
+  // dependent, to run on the SMs this grid leaves free: let it launch at once. A dependent that
+  // reads what this grid writes (the merge, where no decode launch follows) executes
+  // griddepcontrol.wait first, so the early trigger is safe for it too.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   prefill_body<T, Traits<kHeadDim>>(a);
 }
