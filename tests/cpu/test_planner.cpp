@@ -15,7 +15,6 @@
 #include <tuple>
 #include <vector>
 
-#include "cuda/batch/split_model.h"
 #include "math/mask.h"
 #include "plan/batch_plan.h"
 #include "support/test_support.h"
@@ -755,25 +754,6 @@ TEST(Planner, ApiAccessors) {
 #if !defined(TESSERA_WITH_CUDA)
   EXPECT_EQ(catch_error([] { (void)query_device(Device::cuda(0)); }).code(), ErrorCode::unsupported);
 #endif
-}
-
-// TESSERA_CUDA_BATCH=sm90-split's SM share (host model, cuda/batch/split_model.h): none where a
-// kind is missing; for the mixed bench's batch (8 x 512 prefill rows on 4k keys, 128 decodes on
-// 4k, d128, GQA 32/8) a share that beats the sequential order and leaves most SMs to prefill.
-TEST(Planner, SplitModelSharesSmsOnlyWhenBothKindsHaveWork) {
-  using cuda::batch::split_decode_sms;
-  using cuda::batch::split_time;
-  EXPECT_EQ(split_decode_sms(0.0, 2e9, 132), 0);
-  EXPECT_EQ(split_decode_sms(2.6e11, 0.0, 132), 0);
-  EXPECT_EQ(split_decode_sms(2.6e11, 2e9, 1), 0);
-  const double flops = 4.0 * 32 * 128 * 8 * 512 * 3840.0, bytes = 4.0 * 128 * 128 * 8 * 4096.0;
-  const int k = split_decode_sms(flops, bytes, 132);
-  EXPECT_GE(k, 20);
-  EXPECT_LE(k, 66);
-  EXPECT_LT(split_time(flops, bytes, 132, k, {}), 0.9 * split_time(flops, bytes, 132, 0, {}));
-  // A batch that is nearly all decode gives decode nearly every SM, and the other way round.
-  EXPECT_GT(split_decode_sms(flops / 50, bytes, 132), k);
-  EXPECT_LT(split_decode_sms(flops, bytes / 50, 132), k);
 }
 
 TEST(Planner, PlanTime) {

@@ -953,12 +953,17 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   load(pa, 0);  // poisons the outputs again
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
-  ba.run(qa, cache, ta, outa, lsea, w, ctx);
-  TESSERA_TEST_CUDA(cudaStreamEndCapture(stream.s, &graph));
-  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
-  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  // Captures run() over p's views into graph / exec, then launches the graph once.
+  auto capture_and_launch = [&](const Problem& p) {
+    auto [q, out, lse, t] = views(p);
+    TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+    ba.run(q, cache, t, out, lse, w, ctx);
+    TESSERA_TEST_CUDA(cudaStreamEndCapture(stream.s, &graph));
+    TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  };
+  capture_and_launch(pa);
   expect_close(result(pa), oa, "graph a");
 
   // Batch b planned into the same workspace; the graph (captured with a's views) replays b.
@@ -1015,15 +1020,7 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   // plan correctly.
   plan(pc);
   load(pc, pages_a + pages_b);
-  {
-    auto [qc, outc, lsec, tc] = views(pc);
-    TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
-    ba.run(qc, cache, tc, outc, lsec, w, ctx);
-    TESSERA_TEST_CUDA(cudaStreamEndCapture(stream.s, &graph));
-  }
-  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream.s));
-  TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+  capture_and_launch(pc);
   expect_close(result(pc), oc, "graph c");
   replay_each({{&pb, pages_a, &ob, "graph c replaying b (mixed)"},
                {&pe, pages_a + pages_b + pages_c, &oe, "graph c replaying e (prefill only)"}});
