@@ -532,6 +532,30 @@ TEST(BatchCuda, Sm90PrefillEdges) {
     }
 }
 
+// Decode items by claims beside the prefill (the SM split, the default on compute capability
+// 9.0 at head dims 64 and 128): the edges of the pipeline are the tile counts around the stage
+// count: 0 to 7 tiles of 64 keys, keys ending inside or at a tile's end, items of a split row
+// starting mid-request (fixed(100)); decode kv lengths 0..385 beside a 200-row prefill chunk.
+// Page sizes 1, 16 (NHD) and 5 (HND); f16 and bf16; groups 1, 4, 8.
+TEST(BatchCuda, SplitDecodeTileEdges) {
+  struct Case { DType dt; int hq, hkv, d, page; KVLayout kv; SplitPolicy split; };
+  const std::vector<Case> cases{{DType::bf16, 32, 8, 128, 16, KVLayout::NHD, kAuto},
+                                {DType::f16, 8, 8, 128, 1, KVLayout::NHD, fixed(100)},
+                                {DType::bf16, 16, 2, 64, 5, KVLayout::HND, kOff},
+                                {DType::f16, 32, 4, 64, 16, KVLayout::NHD, fixed(100)}};
+  for (const Case& c : cases) {
+    Spec s = spec(c.dt, c.hq, c.hkv, c.d, c.page, c.kv, opts(true), c.split);
+    s.q_lens = {200};
+    s.kv_lens = {700};
+    for (int kv : {0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 385}) {
+      s.q_lens.push_back(1);
+      s.kv_lens.push_back(kv);
+    }
+    check(s);
+    if (HasFailure()) return;
+  }
+}
+
 // Groups larger than one unit: 256 query heads of one kv head at head_dim 128 and 128 at 256
 // give two units per query row (row_blocks 2), each a full set of rows.
 TEST(BatchCuda, GroupsOfSeveralUnits) {
