@@ -449,6 +449,16 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) o[mb][d][0] = o[mb][d][1] = o[mb][d][2] = o[mb][d][3] = 0.0f;
 
+  // kWide (decode-only instance): the page indices of tile n + S are fetched one step early, at
+  // step n - 1, so that the global load's latency (over a microsecond under load) is hidden by a
+  // whole tile's work instead of being waited for at the end of step n: with the fetch in the
+  // same step, a decode CTA moved one tile per load latency (~27 GB/s per CTA beside the sm90
+  // prefill whatever its bytes in flight; docs/perf/mixed_batch.md, "Twelfth session"). Same
+  // values into the same slots: bit-identical.
+  int page_ahead = 0;
+  if constexpr (kWide) {
+    if (tid < BN && S < n_tiles) page_ahead = fetch_page(kv_begin + S * BN + tid);
+  }
   for (int n = 0; n < n_tiles; ++n) {
     cp_async_wait<S - 2>();
     __syncthreads();  // tile n landed for all; everyone is done with tile n-1's stage
@@ -458,7 +468,12 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
     // Page indices of tile n + S: in flight while this tile is computed.
     const int j_next = kv_begin + (n + S) * BN + tid;
     int page_next = 0;
-    if (tid < BN && n + S < n_tiles) page_next = fetch_page(j_next);
+    if constexpr (kWide) {
+      page_next = page_ahead;
+      if (tid < BN && n + S + 1 < n_tiles) page_ahead = fetch_page(j_next + BN);
+    } else {
+      if (tid < BN && n + S < n_tiles) page_next = fetch_page(j_next);
+    }
 
     const int stage = n % S;
     const int tile_key0 = kv_begin + n * BN + kg * Tr::kWarpN;  // the warp's first key
