@@ -24,6 +24,15 @@ TEST(SplitModel, SharesSmsOnlyWhenBothKindsHaveWork) {
   EXPECT_LT(split_time(flops, bytes, 132, k, {}), 0.9 * split_time(flops, bytes, 132, 0, {}));
   EXPECT_GT(split_decode_sms(flops / 50, bytes, 132), k);
   EXPECT_LT(split_decode_sms(flops, bytes / 50, 132), k);
+  // With its unit count (1024 units of 128 packed rows) the prefill runs in whole rounds: the
+  // answer gives it a round count no larger than the continuous answer's, and a k where the
+  // units fill the rounds (86 CTAs: 12 rounds, 1024 / 86 = 11.9) rather than one past them.
+  const int ku = split_decode_sms(flops, bytes, 132, 1024);
+  EXPECT_GE(ku, 20);
+  EXPECT_LE(ku, 66);
+  EXPECT_LE((1024 + (132 - ku) - 1) / (132 - ku), (1024 + (132 - k) - 1) / (132 - k));
+  EXPECT_EQ(split_decode_sms(flops, bytes, 132, 1024), 46);
+  EXPECT_LE(split_time(flops, bytes, 132, ku, {}, 1024), split_time(flops, bytes, 132, k, {}, 1024));
   // Never the whole device: the prefill keeps at least one SM.
   EXPECT_LE(split_decode_sms(1.0, 1e12, 132), 131);
 }

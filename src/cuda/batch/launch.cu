@@ -137,7 +137,8 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
       const double flops = 4.0 * a.group * D * static_cast<double>(std::max<std::int64_t>(p.prefill_row_keys, 0));
       const double bytes = 2.0 * D * sizeof(T) * static_cast<double>(std::max<std::int64_t>(p.decode_keys, 0));  // K + V
       decode_sms = decode_sms_knob >= 0 ? std::min(decode_sms_knob, num_sms - 1)
-                                        : batch::split_decode_sms(flops, bytes, num_sms);
+                                        : batch::split_decode_sms(flops, bytes, num_sms,
+                                                                  static_cast<long long>(p.prefill_items) * a.row_blocks);
     }
     sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
     if (a.group <= batch::kDecodeMaxRows) {

@@ -1,11 +1,15 @@
 // TESSERA_CUDA_BATCH=sm90-split: how many SMs the decode-only kernel gets while the sm90
 // batch-prefill kernel runs on the others (docs/perf/mixed_batch.md, "SM split"). Host-only.
 //
-// The prefill is tensor-bound and scales with its SMs; the decode is bound by the bytes it keeps
-// in flight per SM (a measured per-SM rate) until the chip's HBM ceiling. With k decode SMs the
-// prefill ends at Tp(k) = F / ((n - k) f); the decode has read min(k r, BW) Tp(k) by then and
-// reads the rest at BW on the whole chip (its claims spread as prefill CTAs exit). The answer
-// minimises Tp(k) + rest / BW over k in [0, n - 1]; k = 0 is the sequential order.
+// The prefill is tensor-bound and runs its U units in rounds over its n - k persistent CTAs (a
+// static walk of equal-cost units: it ends after ceil(U / (n - k)) of them, each F / (U f)
+// seconds); the decode reads at a measured per-SM rate r until the chip's HBM ceiling. With k
+// decode SMs the prefill ends at Tp(k) = ceil(U / (n - k)) F / (U f) (F / ((n - k) f) when U is
+// not given); the decode has read min(k r, BW) Tp(k) by then and reads the rest at BW on the
+// whole chip (its claims spread as prefill CTAs exit). The answer minimises Tp(k) + rest / BW
+// over k in [0, n - 1]; k = 0 is the sequential order. Rounds matter: the mixed bench's 1024
+// units take 13 rounds on 81 SMs (k = 51, the continuous model's answer) but 12 on 86 (k = 46),
+// measured 0.90 against 0.81 ms (docs/perf/mixed_batch.md, "Twelfth session").
 #pragma once
 
 #include <algorithm>
@@ -14,22 +18,28 @@ namespace tessera::cuda::batch {
 
 struct SplitRates {
   double prefill_flops_per_sm = 3.8e12;  // fat sm90 prefill, d128 (H200: ~0.5 ms for 258 GFLOP)
-  double decode_bytes_per_sm = 50e9;     // two decode-only CTAs per SM, ~128 KB in flight
+  double decode_bytes_per_sm = 60e9;     // two decode-only CTAs per SM beside the prefill (page indices fetched ahead)
   double decode_bytes_chip = 4.3e12;     // HBM read ceiling (decode on every SM)
 };
 
-inline double split_time(double prefill_flops, double decode_bytes, int num_sms, int k, const SplitRates& r) {
-  const double tp = prefill_flops / ((num_sms - k) * r.prefill_flops_per_sm);
+inline double split_time(double prefill_flops, double decode_bytes, int num_sms, int k, const SplitRates& r,
+                         long long prefill_units = 0) {
+  const int ctas = num_sms - k;
+  const double tp = prefill_units > 0
+                        ? static_cast<double>((prefill_units + ctas - 1) / ctas) * prefill_flops /
+                              (static_cast<double>(prefill_units) * r.prefill_flops_per_sm)
+                        : prefill_flops / (ctas * r.prefill_flops_per_sm);
   const double during = std::min(k * r.decode_bytes_per_sm, r.decode_bytes_chip) * tp;
   return tp + std::max(0.0, decode_bytes - during) / r.decode_bytes_chip;
 }
 
-inline int split_decode_sms(double prefill_flops, double decode_bytes, int num_sms, const SplitRates& r = {}) {
+inline int split_decode_sms(double prefill_flops, double decode_bytes, int num_sms, long long prefill_units = 0,
+                            const SplitRates& r = {}) {
   if (prefill_flops <= 0 || decode_bytes <= 0 || num_sms < 2) return 0;
   int best = 0;
-  double best_t = split_time(prefill_flops, decode_bytes, num_sms, 0, r);
+  double best_t = split_time(prefill_flops, decode_bytes, num_sms, 0, r, prefill_units);
   for (int k = 1; k < num_sms; ++k) {
-    const double t = split_time(prefill_flops, decode_bytes, num_sms, k, r);
+    const double t = split_time(prefill_flops, decode_bytes, num_sms, k, r, prefill_units);
     if (t < best_t) best = k, best_t = t;
   }
   return best;
