@@ -21,6 +21,7 @@
 
 #include "cuda/batch/batch_args.h"
 #include "cuda/batch/kernel_traits.cuh"
+#include "cuda/batch/trace.h"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
@@ -632,7 +633,7 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
 // needs. No CTA waits for another. What a unit computes depends only on its item, not on the
 // CTA or the order: decode rows keep the bits of the static walk.
 template <typename T, int kHeadDim>
-__device__ __forceinline__ void claim_decode_units(const BatchArgs& a, unsigned char* smem_raw, int* words) {
+__device__ __forceinline__ int claim_decode_units(const BatchArgs& a, unsigned char* smem_raw, int* words) {
   const int first = a.header->num_prefill_items;
   const int n = a.header->num_items - first;
   const int tid = sreg_tid_x();
@@ -643,7 +644,7 @@ __device__ __forceinline__ void claim_decode_units(const BatchArgs& a, unsigned 
     const int c = *word;  // uniform
     if (c >= n) {
       if (tid == 0 && c == n + sreg_nctaid_x() - 1) atomicExch(a.decode_claim, 0u);
-      return;
+      return i;  // items this CTA ran
     }
     const int u = (first + c) * a.row_blocks;  // the item's only unit
     if (unit_kind<Traits<kHeadDim, 1>::kRows>(a, u) == UnitKind::decode)
@@ -678,7 +679,16 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   bool claimed = false;
   if constexpr (kKind == kDecodeOnly) {
     if (a.decode_claim != nullptr) {
+#if defined(TESSERA_BATCH_TRACE)
+      const unsigned long long t0 = trace_globaltimer();
+      const int items = claim_decode_units<T, kHeadDim>(a, smem_raw, units);
+      if (a.trace != nullptr && threadIdx.x == 0 && blockIdx.x < kTraceDecodeCtas) {
+        unsigned long long* t = a.trace + kTraceDecodeOffset + 4 * blockIdx.x;
+        t[0] = t0, t[1] = trace_globaltimer(), t[2] = static_cast<unsigned long long>(items), t[3] = trace_smid();
+      }
+#else
       claim_decode_units<T, kHeadDim>(a, smem_raw, units);
+#endif
       claimed = true;
     }
   }

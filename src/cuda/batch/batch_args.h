@@ -60,6 +60,11 @@ struct BatchArgs {
   // capability 9.0) and by TESSERA_CUDA_BATCH=sm90-coresident.
   // Last, so that the other fields keep their parameter offsets.
   std::uint32_t* decode_claim = nullptr;
+
+  // Builds with -DTESSERA_BATCH_TRACE=ON only (cuda/batch/trace.h): the device buffer of the
+  // traced run's timestamps, null otherwise. Present in every build so that the struct is the
+  // same in every translation unit.
+  unsigned long long* trace = nullptr;
 };
 
 // Packed query vectors at or below which an item runs on the decode-shaped kernel (the plan's

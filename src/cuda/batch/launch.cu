@@ -15,6 +15,7 @@
 #include "cuda/common/device_limits.h"
 #include "cuda/batch/batch_args.h"
 #include "cuda/batch/split_model.h"
+#include "cuda/batch/trace.h"
 #include "cuda/batch/batch_attention.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
@@ -295,6 +296,7 @@ void batch_attention_run(const BatchRunParams& p) {
   const dispatch::BatchPath path = dispatch::batch_path_override();
   const int decode_sms_knob = dispatch::batch_decode_sms_override();  // likewise: a bad value fails every run
   DeviceScope scope(p.device.index);
+  const bool traced = batch::trace_begin(a);  // false unless built with TESSERA_BATCH_TRACE
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)
     launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob);
@@ -305,6 +307,7 @@ void batch_attention_run(const BatchRunParams& p) {
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
   batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, p.merge_rows, p.merge_fan_in,
                       num_sms, compute_major(p.device.index) >= 9, p.stream);
+  if (traced) batch::trace_end(a, p.stream);
 }
 
 }  // namespace tessera::cuda

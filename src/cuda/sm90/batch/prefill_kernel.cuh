@@ -34,6 +34,7 @@
 
 #include "cuda/batch/batch_args.h"
 #include "cuda/batch/kernel_traits.cuh"
+#include "cuda/batch/trace.h"
 #include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
@@ -312,6 +313,17 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
   int q_round = 0;
   for (int rnd = 0;; ++rnd, ++q_round) {
     const int u = snake_unit(rnd);
+#if defined(TESSERA_BATCH_TRACE)
+    if (a.trace != nullptr && threadIdx.x == 128 && blockIdx.x < batch::kTracePrefillCtas) {
+      unsigned long long* t = a.trace + blockIdx.x * batch::kTracePrefillStride;
+      if (u >= num_units) {
+        t[batch::kTraceRounds] = batch::trace_globaltimer();
+        t[batch::kTraceRounds + 1] = batch::trace_smid();
+      } else if (rnd < batch::kTraceRounds) {
+        t[rnd] = batch::trace_globaltimer();
+      }
+    }
+#endif
     if (u >= num_units) break;
     const Unit un = unit_of<BN>(a, u);
     const int b = un.it.request;

@@ -1,0 +1,52 @@
+// Host side of the batch-attention timeline (trace.h).
+#include "cuda/batch/trace.h"
+
+#include "cuda/batch/batch_args.h"
+
+#if defined(TESSERA_BATCH_TRACE)
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/common/check.h"
+#endif
+
+namespace tessera::cuda::batch {
+
+#if defined(TESSERA_BATCH_TRACE)
+bool trace_begin(BatchArgs& args) {
+  static int run_index = 0;  // run() calls of the process (one thread: a debugging build)
+  static unsigned long long* buffer = nullptr;
+  const char* want = std::getenv("TESSERA_CUDA_BATCH_TRACE");
+  const bool on = want != nullptr && std::atoi(want) == run_index++;
+  if (!on) return false;
+  if (buffer == nullptr) TESSERA_CUDA_CHECK(cudaMalloc(&buffer, kTraceWords * sizeof(unsigned long long)));
+  TESSERA_CUDA_CHECK(cudaMemset(buffer, 0, kTraceWords * sizeof(unsigned long long)));
+  args.trace = buffer;
+  return true;
+}
+
+void trace_end(const BatchArgs& args, void* stream) {
+  std::vector<unsigned long long> h(kTraceWords);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  TESSERA_CUDA_CHECK(cudaMemcpy(h.data(), args.trace, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
+  for (int b = 0; b < kTracePrefillCtas; ++b) {
+    const unsigned long long* t = h.data() + b * kTracePrefillStride;
+    if (t[kTraceRounds] == 0) continue;
+    std::fprintf(stderr, "TRACE P %d %llu %llu", b, t[kTraceRounds + 1], t[kTraceRounds]);
+    for (int r = 0; r < kTraceRounds && t[r] != 0; ++r) std::fprintf(stderr, " %llu", t[r]);
+    std::fprintf(stderr, "\n");
+  }
+  for (int d = 0; d < kTraceDecodeCtas; ++d) {
+    const unsigned long long* t = h.data() + kTraceDecodeOffset + 4 * d;
+    if (t[0] != 0) std::fprintf(stderr, "TRACE D %d %llu %llu %llu %llu\n", d, t[3], t[0], t[1], t[2]);
+  }
+}
+#else
+bool trace_begin(BatchArgs&) { return false; }
+void trace_end(const BatchArgs&, void*) {}
+#endif
+
+}  // namespace tessera::cuda::batch
