@@ -32,6 +32,13 @@ TEST(SplitModel, SharesSmsOnlyWhenBothKindsHaveWork) {
   EXPECT_LE(ku, 66);
   EXPECT_LE((1024 + (132 - ku) - 1) / (132 - ku), (1024 + (132 - k) - 1) / (132 - k));
   EXPECT_EQ(split_decode_sms(flops, bytes, 132, 1024), 46);
+  // The planner's figure for the bench (tiles of 32 rows see 3616..4096 keys: 3856 on average):
+  // k = 44-46 tie on time (12 rounds each); the tie goes to the most decode SMs, 46.
+  const double flops_plan = flops / 3840.0 * 3856.0;
+  EXPECT_DOUBLE_EQ(split_time(flops_plan, bytes, 132, 45, {}, 1024), split_time(flops_plan, bytes, 132, 46, {}, 1024));
+  EXPECT_EQ(split_decode_sms(flops_plan, bytes, 132, 1024), 46);
+  // A tie never costs prefill rounds: k = 47 (85 CTAs, 13 rounds) is slower.
+  EXPECT_GT(split_time(flops_plan, bytes, 132, 47, {}, 1024), split_time(flops_plan, bytes, 132, 46, {}, 1024));
   EXPECT_LE(split_time(flops, bytes, 132, ku, {}, 1024), split_time(flops, bytes, 132, k, {}, 1024));
   // Never the whole device: the prefill keeps at least one SM.
   EXPECT_LE(split_decode_sms(1.0, 1e12, 132), 131);

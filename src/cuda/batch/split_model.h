@@ -22,13 +22,17 @@ struct SplitRates {
   double decode_bytes_chip = 4.3e12;     // HBM read ceiling (decode on every SM)
 };
 
+// The prefill's time on num_sms - k CTAs: whole rounds of its units when their count is given.
+inline double split_prefill_time(double prefill_flops, int num_sms, int k, const SplitRates& r, long long prefill_units) {
+  const int ctas = num_sms - k;
+  return prefill_units > 0 ? static_cast<double>((prefill_units + ctas - 1) / ctas) * prefill_flops /
+                                 (static_cast<double>(prefill_units) * r.prefill_flops_per_sm)
+                           : prefill_flops / (ctas * r.prefill_flops_per_sm);
+}
+
 inline double split_time(double prefill_flops, double decode_bytes, int num_sms, int k, const SplitRates& r,
                          long long prefill_units = 0) {
-  const int ctas = num_sms - k;
-  const double tp = prefill_units > 0
-                        ? static_cast<double>((prefill_units + ctas - 1) / ctas) * prefill_flops /
-                              (static_cast<double>(prefill_units) * r.prefill_flops_per_sm)
-                        : prefill_flops / (ctas * r.prefill_flops_per_sm);
+  const double tp = split_prefill_time(prefill_flops, num_sms, k, r, prefill_units);
   const double during = std::min(k * r.decode_bytes_per_sm, r.decode_bytes_chip) * tp;
   return tp + std::max(0.0, decode_bytes - during) / r.decode_bytes_chip;
 }
@@ -38,9 +42,15 @@ inline int split_decode_sms(double prefill_flops, double decode_bytes, int num_s
   if (prefill_flops <= 0 || decode_bytes <= 0 || num_sms < 2) return 0;
   int best = 0;
   double best_t = split_time(prefill_flops, decode_bytes, num_sms, 0, r, prefill_units);
+  // Among equal times, the larger k whose prefill takes no longer (the same rounds): the decode
+  // then has margin if it runs slower than r (the mixed bench: k = 44-46 all give 12 rounds).
+  constexpr double kTie = 1e-9;
   for (int k = 1; k < num_sms; ++k) {
     const double t = split_time(prefill_flops, decode_bytes, num_sms, k, r, prefill_units);
-    if (t < best_t) best = k, best_t = t;
+    const bool same_time = t <= best_t * (1 + kTie);
+    const bool no_longer_prefill = split_prefill_time(prefill_flops, num_sms, k, r, prefill_units) <=
+                                   split_prefill_time(prefill_flops, num_sms, best, r, prefill_units) * (1 + kTie);
+    if (t < best_t * (1 - kTie) || (same_time && no_longer_prefill)) best = k, best_t = std::min(best_t, t);
   }
   return best;
 }
