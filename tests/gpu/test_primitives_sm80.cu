@@ -14,6 +14,7 @@
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/mma.cuh"
+#include "cuda/primitives/sm80/special_registers.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
 #include "gpu/gpu_support.h"
 
@@ -196,6 +197,45 @@ TEST(PrimitivesSm80, QuadReductions) {
     EXPECT_EQ(mx[lane], m) << "lane " << lane;
     if (std::isinf(s)) EXPECT_EQ(sum[lane], s) << "lane " << lane;
     else EXPECT_FLOAT_EQ(sum[lane], s) << "lane " << lane;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Special registers: tid.x, ctaid.x, nctaid.x as the built-in variables give them, %smid below
+// the device's multiprocessor count, %globaltimer moving forward across a spin.
+
+__global__ void special_registers_kernel(int* ids, unsigned* smid, unsigned long long* timer) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  ids[3 * i] = sm80::sreg_tid_x() - static_cast<int>(threadIdx.x);
+  ids[3 * i + 1] = sm80::sreg_ctaid_x() - static_cast<int>(blockIdx.x);
+  ids[3 * i + 2] = sm80::sreg_nctaid_x() - static_cast<int>(gridDim.x);
+  smid[i] = sm80::sreg_smid();
+  const unsigned long long t0 = sm80::sreg_globaltimer();
+  unsigned long long t1 = t0;
+  while (t1 - t0 < 2000) t1 = sm80::sreg_globaltimer();  // 2 us
+  timer[2 * i] = t0;
+  timer[2 * i + 1] = t1;
+}
+
+TEST(PrimitivesSm80, SpecialRegisters) {
+  constexpr int kBlocks = 3, kThreads = 64, n = kBlocks * kThreads;
+  DeviceBuffer<int> ids(3 * n);
+  DeviceBuffer<unsigned> smid(n);
+  DeviceBuffer<unsigned long long> timer(2 * n);
+  special_registers_kernel<<<kBlocks, kThreads>>>(ids.get(), smid.get(), timer.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  int sms = 0;
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const auto id = ids.read();
+  const auto sm = smid.read();
+  const auto t = timer.read();
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(id[3 * i], 0) << "tid.x, thread " << i;
+    EXPECT_EQ(id[3 * i + 1], 0) << "ctaid.x, thread " << i;
+    EXPECT_EQ(id[3 * i + 2], 0) << "nctaid.x, thread " << i;
+    EXPECT_LT(sm[i], static_cast<unsigned>(sms)) << "smid, thread " << i;
+    EXPECT_GE(t[2 * i + 1] - t[2 * i], 2000u) << "globaltimer, thread " << i;
+    EXPECT_LT(t[2 * i + 1] - t[2 * i], 1000000000u) << "globaltimer, thread " << i;
   }
 }
 

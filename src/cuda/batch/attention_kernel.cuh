@@ -26,6 +26,7 @@
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/mma.cuh"
+#include "cuda/primitives/sm80/special_registers.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
 #include "math/mask.h"
 #include "math/online_softmax.h"
@@ -42,30 +43,15 @@ using sm80::ldmatrix_x4;
 using sm80::ldmatrix_x4_trans;
 using sm80::mma_m16n8k16;
 using sm80::smem_u32;
+using sm80::sreg_ctaid_x;
+using sm80::sreg_nctaid_x;
+using sm80::sreg_tid_x;
 
 // 2^x on the SFU (ex2.approx.ftz, ~2 ulp; ex2(-inf) = +0): the mainloop's only transcendental.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
-}
-
-// A special register read where it is used (volatile: not hoisted to the kernel's start and
-// kept live across units; at the register cap ptxas spilled such values).
-__device__ __forceinline__ int sreg_ctaid_x() {
-  int v;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
-  return v;
-}
-__device__ __forceinline__ int sreg_nctaid_x() {
-  int v;
-  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(v));
-  return v;
-}
-__device__ __forceinline__ int sreg_tid_x() {
-  int v;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
-  return v;
 }
 
 // Shape of unit u (item u / row_blocks, vector block u % row_blocks, blocks of kUnitRows =
@@ -680,11 +666,11 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   if constexpr (kKind == kDecodeOnly) {
     if (a.decode_claim != nullptr) {
 #if defined(TESSERA_BATCH_TRACE)
-      const unsigned long long t0 = trace_globaltimer();
+      const unsigned long long t0 = sm80::sreg_globaltimer();
       const int items = claim_decode_units<T, kHeadDim>(a, smem_raw, units);
       if (a.trace != nullptr && threadIdx.x == 0 && blockIdx.x < kTraceDecodeCtas) {
         unsigned long long* t = a.trace + kTraceDecodeOffset + 4 * blockIdx.x;
-        t[0] = t0, t[1] = trace_globaltimer(), t[2] = static_cast<unsigned long long>(items), t[3] = trace_smid();
+        t[0] = t0, t[1] = sm80::sreg_globaltimer(), t[2] = static_cast<unsigned long long>(items), t[3] = sm80::sreg_smid();
       }
 #else
       claim_decode_units<T, kHeadDim>(a, smem_raw, units);

@@ -3,7 +3,8 @@
 // with -DTESSERA_BATCH_TRACE=ON; then TESSERA_CUDA_BATCH_TRACE=N stamps run() number N of the
 // process (counted from 0): every sm90 prefill CTA's round starts (one unit per round) and end,
 // and every decode-only CTA's claim loop (SM split and sm90-coresident paths), with %globaltimer
-// (ns) and %smid; launch.cu prints them to stderr after that run (which it synchronises), as
+// (ns) and %smid (primitives/sm80/special_registers.cuh); launch.cu prints them to stderr after
+// that run (which it synchronises), as
 //   TRACE P cta smid end round0 round1 ...      TRACE D cta smid start end items
 // scripts/trace_split.py summarises the lines. Off (the default), nothing here is compiled into
 // a kernel or the run path.
@@ -20,19 +21,6 @@ inline constexpr int kTracePrefillStride = kTraceRounds + 2;
 inline constexpr int kTraceDecodeOffset = kTracePrefillCtas * kTracePrefillStride;
 inline constexpr int kTraceDecodeCtas = 1024;  // decode CTA d: [offset + 4 d ..] start, end, items, smid
 inline constexpr int kTraceWords = kTraceDecodeOffset + 4 * kTraceDecodeCtas;
-
-#if defined(__CUDACC__)
-__device__ __forceinline__ unsigned long long trace_globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned trace_smid() {
-  unsigned s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return s;
-}
-#endif
 
 struct BatchArgs;
 // Host side (trace.cpp; no-ops unless built with TESSERA_BATCH_TRACE): trace_begin sets

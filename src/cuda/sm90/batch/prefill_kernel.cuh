@@ -39,6 +39,7 @@
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
+#include "cuda/primitives/sm80/special_registers.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
 #include "cuda/primitives/sm90/fence.cuh"
 #include "cuda/primitives/sm90/mbarrier.cuh"
@@ -317,10 +318,10 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
     if (a.trace != nullptr && threadIdx.x == 128 && blockIdx.x < batch::kTracePrefillCtas) {
       unsigned long long* t = a.trace + blockIdx.x * batch::kTracePrefillStride;
       if (u >= num_units) {
-        t[batch::kTraceRounds] = batch::trace_globaltimer();
-        t[batch::kTraceRounds + 1] = batch::trace_smid();
+        t[batch::kTraceRounds] = sm80::sreg_globaltimer();
+        t[batch::kTraceRounds + 1] = sm80::sreg_smid();
       } else if (rnd < batch::kTraceRounds) {
-        t[rnd] = batch::trace_globaltimer();
+        t[rnd] = sm80::sreg_globaltimer();
       }
     }
 #endif
