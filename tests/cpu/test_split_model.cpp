@@ -24,24 +24,31 @@ TEST(SplitModel, SharesSmsOnlyWhenBothKindsHaveWork) {
   EXPECT_LT(split_time(flops, bytes, 132, k, {}), 0.9 * split_time(flops, bytes, 132, 0, {}));
   EXPECT_GT(split_decode_sms(flops / 50, bytes, 132), k);
   EXPECT_LT(split_decode_sms(flops, bytes / 50, 132), k);
-  // With its unit count (1024 units of 128 packed rows) the prefill runs in whole rounds: the
-  // answer gives it a round count no larger than the continuous answer's, and a k where the
-  // units fill the rounds (86 CTAs: 12 rounds, 1024 / 86 = 11.9) rather than one past them.
-  const int ku = split_decode_sms(flops, bytes, 132, 1024);
-  EXPECT_GE(ku, 20);
-  EXPECT_LE(ku, 66);
-  EXPECT_LE((1024 + (132 - ku) - 1) / (132 - ku), (1024 + (132 - k) - 1) / (132 - k));
+  // With a unit count the prefill runs in whole rounds. 200 units: the continuous answer (46,
+  // 86 CTAs) leaves 3 rounds; 100 CTAs (k = 32) run them in 2, which the rounds model finds.
+  const int kc = split_decode_sms(flops, bytes, 132);
+  const int k200 = split_decode_sms(flops, bytes, 132, 200);
+  EXPECT_EQ(kc, 46);
+  EXPECT_EQ(k200, 32);
+  EXPECT_EQ((200 + (132 - k200) - 1) / (132 - k200), 2);
+  EXPECT_LT(split_time(flops, bytes, 132, k200, {}, 200), 0.9 * split_time(flops, bytes, 132, kc, {}, 200));
+  // 1024 units: 86 CTAs hold them in 12 rounds (1024 / 86 = 11.9), the bench's measured best.
   EXPECT_EQ(split_decode_sms(flops, bytes, 132, 1024), 46);
   // The planner's figure for the bench (tiles of 32 rows see 3616..4096 keys: 3856 on average):
-  // k = 44-46 tie on time (12 rounds each); the tie goes to the most decode SMs, 46.
+  // k = 45 and 46 tie on time (12 rounds each, the decode ends inside them); the tie goes to the
+  // most decode SMs, 46.
   const double flops_plan = flops / 3840.0 * 3856.0;
   EXPECT_DOUBLE_EQ(split_time(flops_plan, bytes, 132, 45, {}, 1024), split_time(flops_plan, bytes, 132, 46, {}, 1024));
   EXPECT_EQ(split_decode_sms(flops_plan, bytes, 132, 1024), 46);
   // A tie never costs prefill rounds: k = 47 (85 CTAs, 13 rounds) is slower.
   EXPECT_GT(split_time(flops_plan, bytes, 132, 47, {}, 1024), split_time(flops_plan, bytes, 132, 46, {}, 1024));
-  EXPECT_LE(split_time(flops, bytes, 132, ku, {}, 1024), split_time(flops, bytes, 132, k, {}, 1024));
-  // Never the whole device: the prefill keeps at least one SM.
-  EXPECT_LE(split_decode_sms(1.0, 1e12, 132), 131);
+  // Never the whole device: the prefill keeps at least one SM. A negligible prefill with a huge
+  // decode: as many decode SMs as reach the chip's bandwidth (about BW / r = 72), not 0; with
+  // one unit, every k leaves its one round: the tie rule gives the decode all but one SM.
+  const int k_tiny = split_decode_sms(1.0, 1e12, 132);
+  EXPECT_GE(k_tiny, 60);
+  EXPECT_LE(k_tiny, 131);
+  EXPECT_EQ(split_decode_sms(1.0, 1e12, 132, 1), 131);
 }
 
 }  // namespace

@@ -296,7 +296,7 @@ void batch_attention_run(const BatchRunParams& p) {
   const dispatch::BatchPath path = dispatch::batch_path_override();
   const int decode_sms_knob = dispatch::batch_decode_sms_override();  // likewise: a bad value fails every run
   DeviceScope scope(p.device.index);
-  const bool traced = batch::trace_begin(a);  // false unless built with TESSERA_BATCH_TRACE
+  const bool traced = batch::trace_begin(a, p.stream);  // false unless built with TESSERA_BATCH_TRACE
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)
     launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob);

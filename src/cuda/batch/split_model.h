@@ -8,8 +8,11 @@
 // not given); the decode has read min(k r, BW) Tp(k) by then and reads the rest at BW on the
 // whole chip (its claims spread as prefill CTAs exit). The answer minimises Tp(k) + rest / BW
 // over k in [0, n - 1]; k = 0 is the sequential order. Rounds matter: the mixed bench's 1024
-// units take 13 rounds on 81 SMs (k = 51, the continuous model's answer) but 12 on 86 (k = 46),
-// measured 0.90 against 0.81 ms (docs/perf/mixed_batch.md, "Twelfth session").
+// units take 13 rounds on 81 SMs (k = 51, the eleventh session's answer at r = 50 GB/s) but 12
+// on 86 (k = 46), measured 0.90 against 0.81 ms (docs/perf/mixed_batch.md, "Twelfth session");
+// a prefill of 200 units gets 2 rounds on 100 CTAs (k = 32) where the continuous formula's k = 46
+// leaves 3. U counts every row block of an item as a unit (empty blocks too: rounds are then
+// overestimated where row_blocks > 1).
 #pragma once
 
 #include <algorithm>
@@ -42,15 +45,18 @@ inline int split_decode_sms(double prefill_flops, double decode_bytes, int num_s
   if (prefill_flops <= 0 || decode_bytes <= 0 || num_sms < 2) return 0;
   int best = 0;
   double best_t = split_time(prefill_flops, decode_bytes, num_sms, 0, r, prefill_units);
-  // Among equal times, the larger k whose prefill takes no longer (the same rounds): the decode
-  // then has margin if it runs slower than r (the mixed bench: k = 44-46 all give 12 rounds).
+  // With whole rounds, among equal times the larger k whose prefill has no more rounds: the
+  // decode then has margin if it runs slower than r (the bench's planner figures tie k = 45 and
+  // 46, where the decode ends inside the prefill's 12 rounds). Without a unit count, the first
+  // minimum (strict), as before.
   constexpr double kTie = 1e-9;
   for (int k = 1; k < num_sms; ++k) {
     const double t = split_time(prefill_flops, decode_bytes, num_sms, k, r, prefill_units);
-    const bool same_time = t <= best_t * (1 + kTie);
-    const bool no_longer_prefill = split_prefill_time(prefill_flops, num_sms, k, r, prefill_units) <=
-                                   split_prefill_time(prefill_flops, num_sms, best, r, prefill_units) * (1 + kTie);
-    if (t < best_t * (1 - kTie) || (same_time && no_longer_prefill)) best = k, best_t = std::min(best_t, t);
+    const bool tie = prefill_units > 0 && t <= best_t * (1 + kTie) &&
+                     split_prefill_time(prefill_flops, num_sms, k, r, prefill_units) <=
+                         split_prefill_time(prefill_flops, num_sms, best, r, prefill_units) * (1 + kTie);
+    const bool better = prefill_units > 0 ? t < best_t * (1 - kTie) : t < best_t;
+    if (better || tie) best = k, best_t = std::min(best_t, t);
   }
   return best;
 }

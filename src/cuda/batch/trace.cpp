@@ -16,14 +16,23 @@
 namespace tessera::cuda::batch {
 
 #if defined(TESSERA_BATCH_TRACE)
-bool trace_begin(BatchArgs& args) {
+bool trace_begin(BatchArgs& args, void* stream) {
   static int run_index = 0;  // run() calls of the process (one thread: a debugging build)
   static unsigned long long* buffer = nullptr;
   const char* want = std::getenv("TESSERA_CUDA_BATCH_TRACE");
   const bool on = want != nullptr && std::atoi(want) == run_index++;
   if (!on) return false;
+  // The allocation, the copy back and the synchronisation cannot be captured into a graph.
+  const auto s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TESSERA_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    std::fprintf(stderr, "TESSERA_CUDA_BATCH_TRACE=%s: that run() is being captured into a CUDA graph: not traced\n",
+                 want);
+    return false;
+  }
   if (buffer == nullptr) TESSERA_CUDA_CHECK(cudaMalloc(&buffer, kTraceWords * sizeof(unsigned long long)));
-  TESSERA_CUDA_CHECK(cudaMemset(buffer, 0, kTraceWords * sizeof(unsigned long long)));
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, kTraceWords * sizeof(unsigned long long), s));
   args.trace = buffer;
   return true;
 }
@@ -45,7 +54,7 @@ void trace_end(const BatchArgs& args, void* stream) {
   }
 }
 #else
-bool trace_begin(BatchArgs&) { return false; }
+bool trace_begin(BatchArgs&, void*) { return false; }
 void trace_end(const BatchArgs&, void*) {}
 #endif
 

@@ -6,8 +6,10 @@
 // (ns) and %smid (primitives/sm80/special_registers.cuh); launch.cu prints them to stderr after
 // that run (which it synchronises), as
 //   TRACE P cta smid end round0 round1 ...      TRACE D cta smid start end items
-// scripts/trace_split.py summarises the lines. Off (the default), nothing here is compiled into
-// a kernel or the run path.
+// scripts/trace_split.py summarises the lines. A run inside a graph capture is not traced (the
+// host side allocates, copies and synchronises). The slim prefill (sm90-coresident) is not
+// stamped: its launch checks an exact register count. Off (the default), no kernel has any of
+// this and run() makes one empty call.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +26,10 @@ inline constexpr int kTraceWords = kTraceDecodeOffset + 4 * kTraceDecodeCtas;
 
 struct BatchArgs;
 // Host side (trace.cpp; no-ops unless built with TESSERA_BATCH_TRACE): trace_begin sets
-// args.trace when this run is the one TESSERA_CUDA_BATCH_TRACE names, and returns whether it is;
-// trace_end synchronises the stream and prints the stamps.
-bool trace_begin(BatchArgs& args);
+// args.trace when this run is the one TESSERA_CUDA_BATCH_TRACE names (and is not being captured),
+// clearing the buffer on the run's stream, and returns whether it is; trace_end synchronises the
+// stream and prints the stamps.
+bool trace_begin(BatchArgs& args, void* stream);
 void trace_end(const BatchArgs& args, void* stream);
 
 }  // namespace tessera::cuda::batch

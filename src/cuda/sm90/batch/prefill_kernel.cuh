@@ -315,7 +315,7 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
   for (int rnd = 0;; ++rnd, ++q_round) {
     const int u = snake_unit(rnd);
 #if defined(TESSERA_BATCH_TRACE)
-    if (a.trace != nullptr && threadIdx.x == 128 && blockIdx.x < batch::kTracePrefillCtas) {
+    if (!Tr::kSlim && a.trace != nullptr && threadIdx.x == 128 && blockIdx.x < batch::kTracePrefillCtas) {
       unsigned long long* t = a.trace + blockIdx.x * batch::kTracePrefillStride;
       if (u >= num_units) {
         t[batch::kTraceRounds] = sm80::sreg_globaltimer();
