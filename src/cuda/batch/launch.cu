@@ -84,8 +84,8 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 #if defined(TESSERA_HAS_SM90_KERNELS)
   // On compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off) the prefill-shaped units run
   // on the sm90 WGMMA kernel and the decode-shaped ones on the decode-only instance (which skips
-  // the others). By default the two share the SMs (sm90-split, below: measured 0.87-0.88 ms
-  // against 0.96-0.97 for the mixed bench, docs/perf/mixed_batch.md "SM split");
+  // the others). By default the two share the SMs (sm90-split, below: the mixed bench 0.81 ms at
+  // k = 46 against 0.99 for separate calls, docs/perf/mixed_batch.md "SM split", "Twelfth session");
   // TESSERA_CUDA_BATCH=sm90 keeps the sequential order: the decode launch follows the prefill
   // kernel in stream order, and the merge depends on it.
   //
