@@ -76,9 +76,22 @@ inline int parse_batch_decode_sms(const char* value) {
   return static_cast<int>(v);
 }
 
+// TESSERA_CUDA_BATCH_DECODE_CLAIMS (a measurement knob): 1 runs batches of decode-shaped items
+// only with CTAs that take items by claims (the SM split's decode side) instead of the static
+// walk; unset, empty or 0: the static walk. Anything else throws, naming the variable.
+inline bool parse_batch_decode_claims(const char* value) {
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "0") == 0) return false;
+  if (std::strcmp(value, "1") == 0) return true;
+  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_BATCH_DECODE_CLAIMS",
+              std::string("TESSERA_CUDA_BATCH_DECODE_CLAIMS: expected 0, 1 or unset, got '") + value + "'");
+}
+
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
 inline BackwardPath backward_path_override() { return parse_backward_path(std::getenv("TESSERA_CUDA_BACKWARD")); }
 inline BatchPath batch_path_override() { return parse_batch_path(std::getenv("TESSERA_CUDA_BATCH")); }
 inline int batch_decode_sms_override() { return parse_batch_decode_sms(std::getenv("TESSERA_CUDA_BATCH_DECODE_SMS")); }
+inline bool batch_decode_claims_override() {
+  return parse_batch_decode_claims(std::getenv("TESSERA_CUDA_BATCH_DECODE_CLAIMS"));
+}
 
 }  // namespace tessera::dispatch

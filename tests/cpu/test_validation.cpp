@@ -602,6 +602,20 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
       EXPECT_NE(std::string(e.what()).find("got '" + std::string(bad) + "'"), std::string::npos) << e.what();
     }
   }
+  // The decode-claims measurement knob: 0, 1, or unset / empty.
+  EXPECT_FALSE(dispatch::parse_batch_decode_claims(nullptr));
+  EXPECT_FALSE(dispatch::parse_batch_decode_claims(""));
+  EXPECT_FALSE(dispatch::parse_batch_decode_claims("0"));
+  EXPECT_TRUE(dispatch::parse_batch_decode_claims("1"));
+  for (const char* bad : {"2", "yes", "true", "1 ", "-1"}) {
+    try {
+      dispatch::parse_batch_decode_claims(bad);
+      ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH_DECODE_CLAIMS=" << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH_DECODE_CLAIMS");
+      EXPECT_NE(std::string(e.what()).find("got '" + std::string(bad) + "'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

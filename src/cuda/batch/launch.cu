@@ -71,7 +71,7 @@ int smem_bytes_for(int head_dim) {
 
 template <typename T, int D>
 void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] dispatch::BatchPath path,
-                      [[maybe_unused]] int decode_sms_knob) {
+                      [[maybe_unused]] int decode_sms_knob, bool decode_claims) {
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
   // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
   // plan() wrote: when that many rows x group fit the decode shape, every item is decode-shaped
@@ -81,6 +81,16 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // captured graphs stay valid across plans.
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
+  // The decode-only instance on the whole device: the static walk (CTA x runs items x, x + grid,
+  // ...), or with TESSERA_CUDA_BATCH_DECODE_CLAIMS=1 (a measurement knob) CTAs taking items by
+  // claims as the SM split's decode side does (attention_kernel.cuh, claim_decode_units; a plain
+  // launch, whose closing griddepcontrol.wait returns at once). Decode rows keep their bits.
+  auto launch_decode_only = [&](const batch::BatchArgs& args) {
+    if (!decode_claims) return batch::launch_attention<T, D, batch::kDecodeOnly>(args, max_units, num_sms, p.stream);
+    batch::BatchArgs d = args;
+    d.decode_claim = const_cast<std::uint32_t*>(&args.header->decode_claim);
+    batch::launch_attention<T, D, batch::kDecodeOnly>(d, max_units, num_sms, p.stream, batch::LaunchOptions{});
+  };
 #if defined(TESSERA_HAS_SM90_KERNELS)
   // On compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off) the prefill-shaped units run
   // on the sm90 WGMMA kernel and the decode-shaped ones on the decode-only instance (which skips
@@ -129,7 +139,7 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
       sm90::batch_prefill_applicable(D) && compute_major(p.device.index) == 9) {
     const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
     if ((coresident || split) && p.prefill_items == 0 && a.group <= batch::kDecodeMaxRows) {
-      batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+      launch_decode_only(a);
       sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/coresident);
       return;
     }
@@ -159,10 +169,10 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   }
 #endif
   if (max_item_vectors <= batch::kDecodeMaxRows) {
-    batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+    launch_decode_only(a);
   } else if constexpr (D == 256) {
     // One CTA per SM at this head dim: nothing to share, so the two shapes keep two launches.
-    if (a.group <= batch::kDecodeMaxRows) batch::launch_attention<T, D, batch::kDecodeOnly>(a, max_units, num_sms, p.stream);
+    if (a.group <= batch::kDecodeMaxRows) launch_decode_only(a);
     batch::launch_attention<T, D, batch::kPrefillOnly>(a, max_units, num_sms, p.stream);
   } else {
     batch::launch_attention<T, D, batch::kFused>(a, max_units, num_sms, p.stream);
@@ -171,11 +181,11 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 
 template <typename T>
 void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, dispatch::BatchPath path,
-                         int decode_sms_knob) {
+                         int decode_sms_knob, bool decode_claims) {
   switch (p.head_dim) {
-    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob);
-    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob);
-    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob);
+    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob, decode_claims);
+    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob, decode_claims);
+    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob, decode_claims);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -295,13 +305,14 @@ void batch_attention_run(const BatchRunParams& p) {
   // only on compute capability 9.0 at head_dim 64 and 128); sm90-coresident picks its slim policy.
   const dispatch::BatchPath path = dispatch::batch_path_override();
   const int decode_sms_knob = dispatch::batch_decode_sms_override();  // likewise: a bad value fails every run
+  const bool decode_claims = dispatch::batch_decode_claims_override();
   DeviceScope scope(p.device.index);
   const bool traced = batch::trace_begin(a, p.stream);  // false unless built with TESSERA_BATCH_TRACE
   const int num_sms = multiprocessor_count(p.device.index);
   if (p.dtype == DType::bf16)
-    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob);
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob, decode_claims);
   else if (p.dtype == DType::f16)
-    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob);
+    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob, decode_claims);
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
