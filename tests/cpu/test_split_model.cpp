@@ -2,7 +2,11 @@
 // gets beside the sm90 batch prefill on compute capability 9.0 (the default batch path).
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "cuda/batch/split_model.h"
+#include "plan/batch_plan.h"
+#include "tessera/batch.h"
 
 namespace tessera {
 namespace {
@@ -49,6 +53,40 @@ TEST(SplitModel, SharesSmsOnlyWhenBothKindsHaveWork) {
   EXPECT_GE(k_tiny, 60);
   EXPECT_LE(k_tiny, 131);
   EXPECT_EQ(split_decode_sms(1.0, 1e12, 132, 1), 131);
+}
+
+// The mixed bench's batch (apps/tessera/bench_cuda.cpp, cuda.mixed_vs_separate: 8 chunks of 512
+// rows on 4096 keys and 128 decodes on 4096, GQA 32/8, d128, pages of 16, causal) planned as the
+// CUDA backend plans it on 132 SMs, then the model fed as launch.cu feeds it: the work figures of
+// the plan's summary and U = prefill items x row blocks (1 here: 32 rows x group 4 = 128
+// vectors, one unit). The k measured best on the H200 (twelfth session, call 7: 0.814 ms at
+// k = 46, 0.90 at 51 and 0.92 at 40).
+TEST(SplitModel, MixedBenchPlanPicksTheMeasuredBestShare) {
+  BatchConfig c;
+  c.heads_q = 32;
+  c.heads_kv = 8;
+  c.head_dim = 128;
+  c.dtype = DType::bf16;
+  c.page_size = 16;
+  c.options.causal = true;
+  c.max_requests = 136;
+  c.max_q_tokens = 8 * 512 + 128;
+  std::vector<std::int32_t> q(8, 512), kv(8, 4096);
+  q.insert(q.end(), 128, 1);
+  kv.insert(kv.end(), 128, 4096);
+  const plan::PlanConfig cfg = plan::make_plan_config(c, DeviceFacts{Device::cpu(), 132});
+  const plan::WorkspaceLayout layout =
+      plan::workspace_layout(cfg, plan::layout_for_partial_rows(cfg, plan::default_partial_rows(cfg)).total_bytes);
+  std::vector<plan::PlanHeader> ws(layout.total_bytes / sizeof(plan::PlanHeader) + 1);
+  plan::PlanScratch scratch;
+  const plan::PlanSummary s = plan::build_plan(cfg, layout, q, kv, 1, ws.data(), scratch, nullptr);
+  ASSERT_EQ(s.num_prefill_items, 8 * 16 * 8);  // chunks x tiles of 32 rows x kv heads
+  ASSERT_EQ(s.num_items, 8 * 16 * 8 + 128 * 8);
+  const int group = 4, d = 128;
+  const double flops = 4.0 * group * d * static_cast<double>(s.prefill_row_keys);
+  const double bytes = 2.0 * d * 2 * static_cast<double>(s.decode_keys);
+  EXPECT_EQ(bytes, 2.0 * 128 * 2 * 128 * 4096.0 * 8);
+  EXPECT_EQ(split_decode_sms(flops, bytes, 132, s.num_prefill_items), 46);
 }
 
 }  // namespace
