@@ -604,11 +604,12 @@ __device__ __forceinline__ void run_unit(const BatchArgs& a, unsigned char* smem
   __syncthreads();  // the next unit overwrites Q, offsets, the reduction buffer, stats and fin
 }
 
-// Decode units by claims (decode-only instance, a.decode_claim set: TESSERA_CUDA_BATCH=
-// sm90-coresident). The grid (2 CTAs per SM) is launched as the programmatic dependent of the
-// slim sm90 prefill kernel: its first CTAs take the room beside the prefill CTAs, the others
-// start as prefill CTAs exit, so a static assignment would leave the early CTAs' share of the
-// work to run alone at the end. Instead thread 0 takes the next decode item with one atomic
+// Decode units by claims (decode-only instance, a.decode_claim set: the default SM split on
+// compute capability 9.0, TESSERA_CUDA_BATCH=sm90-coresident, and decode-only launches under the
+// TESSERA_CUDA_BATCH_DECODE_CLAIMS=1 knob). Beside a prefill the grid (2 CTAs per SM) is the
+// programmatic dependent of the sm90 prefill kernel: its first CTAs take the SMs (or the room)
+// the prefill leaves, the others start as prefill CTAs exit, so a static assignment would leave
+// the early CTAs' share of the work to run alone at the end. Instead thread 0 takes the next decode item with one atomic
 // increment of the header's counter (plan v2: decode-shaped items are [num_prefill_items,
 // num_items), one unit each, row_blocks = 1 whenever there is one), broadcast through two
 // alternating shared words (one barrier per claim: a word is rewritten only two claims later,
