@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -593,29 +594,28 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(dispatch::parse_batch_decode_sms(""), -1);
   EXPECT_EQ(dispatch::parse_batch_decode_sms("0"), 0);
   EXPECT_EQ(dispatch::parse_batch_decode_sms("48"), 48);
-  for (const char* bad : {"-1", "4097", "48 ", "4.5", "x", "12abc"}) {
-    try {
-      dispatch::parse_batch_decode_sms(bad);
-      ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH_DECODE_SMS=" << bad;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH_DECODE_SMS");
-      EXPECT_NE(std::string(e.what()).find("got '" + std::string(bad) + "'"), std::string::npos) << e.what();
+  // A measurement knob's parser refuses each bad value with an error naming the variable and
+  // quoting the value.
+  auto expect_rejected = [](const char* var, auto parse, std::initializer_list<const char*> bads) {
+    for (const char* bad : bads) {
+      try {
+        parse(bad);
+        ADD_FAILURE() << "accepted " << var << "=" << bad;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.argument(), var);
+        EXPECT_NE(std::string(e.what()).find("got '" + std::string(bad) + "'"), std::string::npos) << e.what();
+      }
     }
-  }
+  };
+  expect_rejected("TESSERA_CUDA_BATCH_DECODE_SMS", dispatch::parse_batch_decode_sms,
+                  {"-1", "4097", "48 ", "4.5", "x", "12abc"});
   // The decode-claims measurement knob: 0, 1, or unset / empty.
   EXPECT_FALSE(dispatch::parse_batch_decode_claims(nullptr));
   EXPECT_FALSE(dispatch::parse_batch_decode_claims(""));
   EXPECT_FALSE(dispatch::parse_batch_decode_claims("0"));
   EXPECT_TRUE(dispatch::parse_batch_decode_claims("1"));
-  for (const char* bad : {"2", "yes", "true", "1 ", "-1"}) {
-    try {
-      dispatch::parse_batch_decode_claims(bad);
-      ADD_FAILURE() << "accepted TESSERA_CUDA_BATCH_DECODE_CLAIMS=" << bad;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.argument(), "TESSERA_CUDA_BATCH_DECODE_CLAIMS");
-      EXPECT_NE(std::string(e.what()).find("got '" + std::string(bad) + "'"), std::string::npos) << e.what();
-    }
-  }
+  expect_rejected("TESSERA_CUDA_BATCH_DECODE_CLAIMS", dispatch::parse_batch_decode_claims,
+                  {"2", "yes", "true", "1 ", "-1"});
 }
 
 }  // namespace
