@@ -8,9 +8,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda/common/check.h"
+#include "tessera/error.h"
 #endif
 
 namespace tessera::cuda::batch {
@@ -20,8 +22,15 @@ bool trace_begin(BatchArgs& args, void* stream) {
   static int run_index = 0;  // run() calls of the process (one thread: a debugging build)
   static unsigned long long* buffer = nullptr;
   const char* want = std::getenv("TESSERA_CUDA_BATCH_TRACE");
-  const bool on = want != nullptr && std::atoi(want) == run_index++;
-  if (!on) return false;
+  const int this_run = run_index++;
+  if (want == nullptr || *want == '\0') return false;
+  char* end = nullptr;
+  const long n = std::strtol(want, &end, 10);
+  if (end == want || *end != '\0' || n < 0)
+    throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_BATCH_TRACE",
+                std::string("TESSERA_CUDA_BATCH_TRACE: expected the index of a run() (a whole number >= 0) or unset, got '") +
+                    want + "'");
+  if (n != this_run) return false;
   // The allocation, the copy back and the synchronisation cannot be captured into a graph.
   const auto s = static_cast<cudaStream_t>(stream);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
