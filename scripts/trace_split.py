@@ -11,7 +11,7 @@ import sys
 
 
 def main(path):
-    prefill, decode = [], []
+    prefill, decode, events = [], [], []
     for line in open(path, errors="replace"):
         f = line.split()
         if len(f) < 2 or f[0] != "TRACE":
@@ -20,6 +20,8 @@ def main(path):
             prefill.append((int(f[2]), int(f[3]), int(f[4]), [int(x) for x in f[5:]]))
         elif f[1] == "D":  # cta smid start end items
             decode.append(tuple(int(x) for x in f[2:7]))
+        elif f[1] == "E":  # us between events around the run's kernels
+            events.append(float(f[2]))
     if not prefill and not decode:
         sys.exit("no TRACE lines (a build with -DTESSERA_BATCH_TRACE=ON and TESSERA_CUDA_BATCH_TRACE=N?)")
     t0 = min([p[3][0] for p in prefill if p[3]] + [d[2] for d in decode])
@@ -35,6 +37,9 @@ def main(path):
             starts = [us(p[3][r]) for p in rows]
             print(f"  round {r}: {len(rows)} CTAs, unit {statistics.median(times):.1f} us "
                   f"(min {min(times):.1f}, max {max(times):.1f}); starts {min(starts):.0f}-{max(starts):.0f}")
+    last = max([us(p[2]) for p in prefill] + [us(d[3]) for d in decode])
+    print(f"stamps span {last:.0f} us (first stamp to last CTA end)"
+          + (f"; events around the run's kernels {events[-1]:.0f} us" if events else ""))
     if decode:
         prefill_sms = {p[1] for p in prefill}
         for name, rows in (("decode on free SMs", [d for d in decode if d[1] not in prefill_sms]),

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <stdexcept>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "bench_registry.h"
+#include "energy_meter.h"
 #include "common.h"
 
 namespace tessera::app::bench {
@@ -49,6 +52,12 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+  // TESSERA_BENCH_SAMPLES=1: every sample in the order taken (drift within a case: clocks, power).
+  if (const char* v = std::getenv("TESSERA_BENCH_SAMPLES"); v != nullptr && std::strcmp(v, "1") == 0) {
+    std::fprintf(stderr, "samples (ms, in order):");
+    for (const double t : ms) std::fprintf(stderr, " %.4f", t);
+    std::fprintf(stderr, "\n");
+  }
   std::sort(ms.begin(), ms.end());
   const std::size_t n = ms.size();
   return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
@@ -613,6 +622,120 @@ void mixed_vs_separate(const Context& ctx, const Emit& emit, bool graph) {
   emit(r);
 }
 
+// Sustained cost of fn (its launches only, on the default stream): calls back to back with no
+// synchronisation between them for `seconds`, after `warm` seconds of the same, so that the GPU
+// has settled at the clock its power cap allows (the first ~30 ms of a heavy load run at the
+// boost clock). Milliseconds per call from events around the measured calls; joules per call and
+// mean watts from the GPU's energy counter when the meter has one (else -1).
+struct Sustained {
+  double ms = 0, joules = -1, watts = -1;
+};
+Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, double warm, double seconds) {
+  const double once = cuda_median_ms(fn, 0.0);  // 3 warm-up calls + 5 timed
+  const long warm_calls = std::max(1L, static_cast<long>(warm * 1e3 / once));
+  const long calls = std::max(1L, static_cast<long>(seconds * 1e3 / once));
+  for (long i = 0; i < warm_calls; ++i) fn();
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  check(cudaEventRecord(a, nullptr), "cudaEventRecord");
+  check(cudaEventSynchronize(a), "warm-up");  // the energy read below sees the warm-up's end
+  const double mj0 = meter.millijoules();
+  check(cudaEventRecord(a, nullptr), "cudaEventRecord");
+  for (long i = 0; i < calls; ++i) fn();
+  check(cudaEventRecord(b, nullptr), "cudaEventRecord");
+  check(cudaEventSynchronize(b), "sustained run");
+  const double mj1 = meter.millijoules();
+  float total = 0;
+  check(cudaEventElapsedTime(&total, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  Sustained r;
+  r.ms = total / static_cast<double>(calls);
+  if (mj0 >= 0 && mj1 > mj0) {
+    r.joules = (mj1 - mj0) * 1e-3 / static_cast<double>(calls);
+    r.watts = (mj1 - mj0) / total;  // mJ / ms
+  }
+  return r;
+}
+
+// cuda.mixed_vs_separate's two sides sustained (1.5 s each after 0.3 s, in the order a, b, a, b;
+// each side's figures are the mean of its two rounds): the steady state of a serving loop on a
+// power-capped GPU, with the energy of one call of each side.
+void mixed_sustained(const Context& ctx, const Emit& emit) {
+  const int chunks = 8, chunk_q = 512, decodes = 128, ctx_len = 4096;
+  std::vector<std::int32_t> pre_q(chunks, chunk_q), pre_kv(chunks, ctx_len), dec_q(decodes, 1),
+      dec_kv(decodes, ctx_len);
+  std::vector<std::int32_t> all_q = pre_q, all_kv = pre_kv;
+  all_q.insert(all_q.end(), dec_q.begin(), dec_q.end());
+  all_kv.insert(all_kv.end(), dec_kv.begin(), dec_kv.end());
+  Row base;
+  base.kind = "mixed_sustained";
+  base.dtype = DType::bf16;
+  base.head_dim = kD;
+  base.seq = ctx_len;
+  base.batch = chunks + decodes;
+  base.heads = kHq;
+  base.causal = true;
+  base.shape = "8x512q/4k + 128x1q/4k h32/8 d128 p16";
+  Row a = base, r = base;
+  a.name = "mixed sustained: one batch";
+  a.backend = "tessera_mixed";
+  r.name = "mixed sustained: prefill + decode";
+  r.backend = "tessera_separate";
+  try {
+    const EnergyMeter meter(ctx.device.index);
+    PagedSetup p(ctx.device, all_q, all_kv, 40);
+    PagedSetup pp(ctx.device, pre_q, pre_kv, 40);
+    PagedSetup pd(ctx.device, dec_q, dec_kv, 50);
+    const double pairs = p.causal_pairs();
+    PlannedBatch b(p, ctx.device), bp(pp, ctx.device), bd(pd, ctx.device);
+    const auto one = [&] { b.run(p); };
+    const auto two = [&] {
+      bp.run(pp);
+      bd.run(pd);
+    };
+    Sustained xa[2], xb[2];
+    for (int round = 0; round < 2; ++round) {
+      xa[round] = sustained(one, meter, 0.3, 1.5);
+      xb[round] = sustained(two, meter, 0.3, 1.5);
+    }
+    const auto mean = [](const Sustained (&x)[2]) {
+      Sustained m;
+      m.ms = 0.5 * (x[0].ms + x[1].ms);
+      if (x[0].joules >= 0 && x[1].joules >= 0) {
+        m.joules = 0.5 * (x[0].joules + x[1].joules);
+        m.watts = 0.5 * (x[0].watts + x[1].watts);
+      }
+      return m;
+    };
+    const Sustained sa = mean(xa), sb = mean(xb);
+    const auto energy = [&](const Sustained& x) {
+      char buf[80];
+      if (x.joules < 0) return std::string("no energy counter");
+      std::snprintf(buf, sizeof buf, "%.3f J per call at %.0f W", x.joules, x.watts);
+      return std::string(buf);
+    };
+    a.seconds = sa.ms * 1e-3;
+    a.flops = r.flops = 4.0 * kHq * kD * pairs;
+    a.note = "(a) run() back to back, 1.5 s after 0.3 s, 2 rounds: " + energy(sa);
+    r.seconds = sb.ms * 1e-3;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "(b) 2 run()s back to back, likewise: %s; (b)/(a) = %.3fx time",
+                  energy(sb).c_str(), sb.ms / sa.ms);
+    r.note = buf;
+    if (sa.joules > 0 && sb.joules > 0) {
+      std::snprintf(buf, sizeof buf, ", %.3fx energy", sb.joules / sa.joules);
+      r.note += buf;
+    }
+  } catch (const std::exception& e) {
+    a = not_run(a, e);
+    r = not_run(r, e);
+  }
+  emit(a);
+  emit(r);
+}
+
 // Host time of plan() on the CUDA workspace path: host planning plus enqueueing the plan's
 // copy to the workspace (cudaMemcpyAsync on the default stream). The stream is drained after
 // each call, outside the timed span, so copies never queue up.
@@ -691,6 +814,9 @@ TESSERA_BENCH_SUITE(cuda_mixed_vs_separate, {"cuda.mixed_vs_separate", DeviceKin
 TESSERA_BENCH_SUITE(cuda_mixed_vs_separate_graph, {"cuda.mixed_vs_separate_graph", DeviceKind::cuda,
                                                    "cuda.mixed_vs_separate as CUDA graph replays (no host time in the span)",
                                                    [](const Context& c, const Emit& e) { mixed_vs_separate(c, e, true); }});
+TESSERA_BENCH_SUITE(cuda_mixed_sustained, {"cuda.mixed_sustained", DeviceKind::cuda,
+                                           "cuda.mixed_vs_separate sustained (1.5 s per side after 0.3 s): steady clocks under the power cap, J per call",
+                                           mixed_sustained});
 TESSERA_BENCH_SUITE(cuda_plan, {"cuda.plan", DeviceKind::cuda, "plan() host time for 256 requests, CUDA workspace (planning + copy enqueue)", run_plan_time});
 
 }  // namespace tessera::app::bench

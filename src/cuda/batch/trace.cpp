@@ -18,6 +18,10 @@
 namespace tessera::cuda::batch {
 
 #if defined(TESSERA_BATCH_TRACE)
+namespace {
+cudaEvent_t run_events[2] = {nullptr, nullptr};  // around the traced run's kernels
+}  // namespace
+
 bool trace_begin(BatchArgs& args, void* stream) {
   static int run_index = 0;  // run() calls of the process (one thread: a debugging build)
   static unsigned long long* buffer = nullptr;
@@ -42,13 +46,21 @@ bool trace_begin(BatchArgs& args, void* stream) {
   }
   if (buffer == nullptr) TESSERA_CUDA_CHECK(cudaMalloc(&buffer, kTraceWords * sizeof(unsigned long long)));
   TESSERA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, kTraceWords * sizeof(unsigned long long), s));
+  // Events around the run's kernels: the stamps' span against the stream's own clock.
+  if (run_events[0] == nullptr)
+    for (cudaEvent_t& e : run_events) TESSERA_CUDA_CHECK(cudaEventCreate(&e));
+  TESSERA_CUDA_CHECK(cudaEventRecord(run_events[0], s));
   args.trace = buffer;
   return true;
 }
 
 void trace_end(const BatchArgs& args, void* stream) {
   std::vector<unsigned long long> h(kTraceWords);
+  TESSERA_CUDA_CHECK(cudaEventRecord(run_events[1], static_cast<cudaStream_t>(stream)));
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  float ms = 0;
+  TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, run_events[0], run_events[1]));
+  std::fprintf(stderr, "TRACE E %.1f\n", 1000.0 * ms);  // us between events around the kernels
   TESSERA_CUDA_CHECK(cudaMemcpy(h.data(), args.trace, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
   for (int b = 0; b < kTracePrefillCtas; ++b) {
     const unsigned long long* t = h.data() + b * kTracePrefillStride;
