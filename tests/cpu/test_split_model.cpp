@@ -60,7 +60,8 @@ TEST(SplitModel, SharesSmsOnlyWhenBothKindsHaveWork) {
 // CUDA backend plans it on 132 SMs, then the model fed as launch.cu feeds it: the work figures of
 // the plan's summary and U = prefill items x row blocks (1 here: 32 rows x group 4 = 128
 // vectors, one unit). The k measured best on the H200 (twelfth session, call 7: 0.814 ms at
-// k = 46, 0.90 at 51 and 0.92 at 40).
+// k = 46, 0.90 at 51 and 0.92 at 40; thirteenth session, sustained under the power cap: 0.917 ms
+// at 46 against 0.940 at 40 and 0.943 at 56).
 TEST(SplitModel, MixedBenchPlanPicksTheMeasuredBestShare) {
   BatchConfig c;
   c.heads_q = 32;

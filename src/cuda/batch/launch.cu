@@ -94,8 +94,9 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 #if defined(TESSERA_HAS_SM90_KERNELS)
   // On compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off) the prefill-shaped units run
   // on the sm90 WGMMA kernel and the decode-shaped ones on the decode-only instance (which skips
-  // the others). By default the two share the SMs (sm90-split, below: the mixed bench 0.81 ms at
-  // k = 46 against 0.99 for separate calls, docs/perf/mixed_batch.md "SM split", "Twelfth session");
+  // the others). By default the two share the SMs (sm90-split, below: the mixed bench 0.80-0.81 ms at
+  // k = 46 against 0.98 for separate calls at the boost clock, 0.917 against 0.997 sustained under
+  // the H200's power cap: docs/perf/mixed_batch.md "SM split", "Thirteenth session");
   // TESSERA_CUDA_BATCH=sm90 keeps the sequential order: the decode launch follows the prefill
   // kernel in stream order, and the merge depends on it.
   //

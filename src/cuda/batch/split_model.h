@@ -9,7 +9,8 @@
 // whole chip (its claims spread as prefill CTAs exit). The answer minimises Tp(k) + rest / BW
 // over k in [0, n - 1]; k = 0 is the sequential order. Rounds matter: the mixed bench's 1024
 // units take 13 rounds on 81 SMs (k = 51, the eleventh session's answer at r = 50 GB/s) but 12
-// on 86 (k = 46), measured 0.90 against 0.81 ms (docs/perf/mixed_batch.md, "Twelfth session");
+// on 86 (k = 46), measured 0.90 against 0.81 ms at the boost clock (docs/perf/mixed_batch.md, "Twelfth session";
+// sustained under the H200's power cap k = 46 is still the fastest: "Thirteenth session");
 // a prefill of 200 units gets 2 rounds on 100 CTAs (k = 32) where the continuous formula's k = 46
 // leaves 3. U counts every row block of an item as a unit (empty blocks too: rounds are then
 // overestimated where row_blocks > 1).
