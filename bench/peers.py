@@ -65,6 +65,16 @@ def tessera_module():
         return None
 
 
+class StampedRows(list):
+    """Rows whose append prints the wall-clock time (the end of the row's timing) to stderr."""
+
+    def append(self, r):
+        import datetime
+        print(f"# {datetime.datetime.now().strftime('%H:%M:%S.%f')[:-3]} done {r['suite']} {r['backend']} "
+              f"d={r['head_dim']} seq={r['seq']} causal={r['causal']}", file=sys.stderr)
+        super().append(r)
+
+
 def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward):
     import torch
     import torch.nn.functional as F
@@ -175,6 +185,8 @@ def main():
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-decode", action="store_true")
     ap.add_argument("--quick", action="store_true", help="head dim 128 only")
+    ap.add_argument("--stamps", action="store_true",
+                    help="print each row's end time to stderr (to line rows up with a power / clock log)")
     args = ap.parse_args()
     try:
         import torch
@@ -184,7 +196,7 @@ def main():
     if not torch.cuda.is_available():
         print("no CUDA device: no peers measured", file=sys.stderr)
         return 0
-    rows = []
+    rows = StampedRows() if args.stamps else []
     ceilings(args.reps, rows)
     hds = [128] if args.quick else [int(x) for x in args.head_dims.split(",")]
     dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward)

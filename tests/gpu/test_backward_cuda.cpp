@@ -13,12 +13,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "api/build_params.h"
 #include "cpu/reference.h"
+#include "cuda/common/scratch_pool.h"
 #include "cuda/sm80/backward/backward.h"
 #include "gpu/gpu_support.h"
 #include "support/test_support.h"
@@ -210,6 +212,28 @@ TEST(CudaBackward, Long4kGqaHd64Deterministic) {
   g.backward(true);
   g.expect_fully_written();
   g.expect_matches_oracle();
+}
+
+// The fp32 workspace (dQ accumulator first) comes from the per-device pool that keeps its memory
+// across synchronisations (scratch_pool.h), not from the default pool, which unmaps it at every
+// synchronisation so that the next call maps it afresh before its first launch.
+TEST(CudaBackward, WorkspaceComesFromThePoolThatKeepsItsMemory) {
+  int device = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
+  ASSERT_NE(pool, nullptr);
+  auto rng = fresh_rng();
+  GpuBwdCase g(dense(DType::bf16, 1, 1024, 1024, 4, 4, 128, opts(false)), rng);
+  g.forward();
+  std::uint64_t zero = 0, high = 0, reserved = 0;
+  TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  g.backward(false);  // synchronises
+  g.expect_matches_oracle();
+  TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  const std::uint64_t accumulator = 4ull * 1024 * 128 * sizeof(float);
+  EXPECT_GE(high, accumulator) << "the backward's workspace did not come from the pool";
+  EXPECT_GE(reserved, accumulator) << "the pool gave the workspace back at the synchronisation";
 }
 
 // Several query heads per CTA: at d64 / d128, 17 KV tiles x 4 KV heads = 68 CTAs, so on a

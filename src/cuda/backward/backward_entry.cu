@@ -15,6 +15,7 @@
 
 #include "cuda/common/device_limits.h"
 #include "cuda/common/check.h"
+#include "cuda/common/scratch_pool.h"
 #include "cuda/common/types.cuh"
 #include "cuda/cuda_backend.h"
 #include "cuda/sm80/backward/backward.h"
@@ -435,8 +436,25 @@ void attention_backward(const BackwardParams& p) {
   const std::size_t off_dv = off_dk + align_up(n_part * 4);
   const std::size_t bytes = std::max<std::size_t>(off_dv + align_up(n_part * 4), 256);
 
+  // From the per-device pool that keeps its memory across synchronisations (scratch_pool.h): the
+  // default pool unmaps freed memory at every synchronisation, so a caller that synchronises
+  // between calls (a training step reading its loss, a timing loop) had the next call map ~150 MB
+  // afresh (d128, 16 heads x 16k tokens) before its first launch. The pool then holds the largest
+  // workspace used so far; when it cannot grow it gives back what is unused and tries once more.
   void* ws = nullptr;
-  const cudaError_t alloc = cudaMallocAsync(&ws, bytes, stream);
+  const cudaMemPool_t pool = scratch_pool(p.device.index);
+  auto allocate = [&] {
+    return pool != nullptr ? cudaMallocFromPoolAsync(&ws, bytes, pool, stream) : cudaMallocAsync(&ws, bytes, stream);
+  };
+  cudaError_t alloc = allocate();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (alloc == cudaErrorMemoryAllocation && pool != nullptr &&
+      cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));  // blocks freed on this stream become unused
+    TESSERA_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    alloc = allocate();
+  }
   if (alloc == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     throw Error(ErrorCode::out_of_memory, "", "attention_backward: could not allocate " + std::to_string(bytes) +
