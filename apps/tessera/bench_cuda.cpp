@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -622,6 +623,50 @@ void mixed_vs_separate(const Context& ctx, const Emit& emit, bool graph) {
   emit(r);
 }
 
+// What a dense forward call costs beyond its kernels, at d128 (1k, 4k, 16k; causal and not): the
+// eager median (an event, the call, an event, a synchronisation per sample: what cuda.forward
+// reports), the same call replayed as a CUDA graph (no host work inside the span), and the host's
+// time per call with 50 calls enqueued back to back (tensor-map encoding, attribute setting,
+// launches). Where host time per call approaches the kernel's own, the eager median carries it.
+void forward_overhead(const Context& ctx, const Emit& emit) {
+  DenseBuffers buf(ctx.device, false);
+  const DType dt = DType::bf16;
+  const int d = 128;
+  for (int s : {1024, 4096, 16384}) {
+    const int h = static_cast<int>(DenseBuffers::kWidth / d);
+    const int b = static_cast<int>(DenseBuffers::kTokens / s);
+    const Device dev = ctx.device;
+    const Tensor q(buf.q.data(), dt, {b, s, h, d}, dev), k(buf.k.data(), dt, {b, s, h, d}, dev),
+        v(buf.v.data(), dt, {b, s, h, d}, dev), o(buf.o.data(), dt, {b, s, h, d}, dev);
+    for (bool causal : {false, true}) {
+      AttentionOptions opt;
+      opt.causal = causal;
+      Row r = dense_row("forward_overhead", dt, b, h, s, d, causal);
+      try {
+        const double eager = cuda_median_ms([&] { attention_forward(q, k, v, o, Tensor(), opt); }, ctx.min_time);
+        const double graph = cuda_graph_median_ms(
+            [&](cudaStream_t st) { attention_forward(q, k, v, o, Tensor(), opt, ExecutionContext{st, 0}); }, ctx.min_time);
+        check(cudaDeviceSynchronize(), "forward_overhead");
+        constexpr int kCalls = 50;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < kCalls; ++i) attention_forward(q, k, v, o, Tensor(), opt);
+        const auto t1 = std::chrono::steady_clock::now();
+        check(cudaDeviceSynchronize(), "forward_overhead");
+        const double host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls;
+        r.seconds = eager * 1e-3;
+        r.flops = forward_flops(b, h, s, s, d, causal);
+        char note[160];
+        std::snprintf(note, sizeof note, "eager (the time); graph replay %.1f us (eager - graph %.1f us); host %.1f us per call",
+                      1e3 * graph, 1e3 * (eager - graph), host_us);
+        r.note = note;
+      } catch (const std::exception& e) {
+        r = not_run(r, e);
+      }
+      emit(r);
+    }
+  }
+}
+
 // Sustained cost of fn (its launches only, on the default stream): calls back to back with no
 // synchronisation between them for `seconds`, after `warm` seconds of the same, so that the GPU
 // has settled at the clock its power cap allows (the first ~30 ms of a heavy load run at the
@@ -814,6 +859,9 @@ TESSERA_BENCH_SUITE(cuda_mixed_vs_separate, {"cuda.mixed_vs_separate", DeviceKin
 TESSERA_BENCH_SUITE(cuda_mixed_vs_separate_graph, {"cuda.mixed_vs_separate_graph", DeviceKind::cuda,
                                                    "cuda.mixed_vs_separate as CUDA graph replays (no host time in the span)",
                                                    [](const Context& c, const Emit& e) { mixed_vs_separate(c, e, true); }});
+TESSERA_BENCH_SUITE(cuda_forward_overhead, {"cuda.forward_overhead", DeviceKind::cuda,
+                                            "dense forward d128: eager vs graph replay vs host time per call",
+                                            forward_overhead});
 TESSERA_BENCH_SUITE(cuda_mixed_sustained, {"cuda.mixed_sustained", DeviceKind::cuda,
                                            "cuda.mixed_vs_separate sustained (1.5 s per side after 0.3 s): steady clocks under the power cap, J per call",
                                            mixed_sustained});
