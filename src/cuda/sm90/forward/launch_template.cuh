@@ -7,7 +7,6 @@
 #include <type_traits>
 
 #include "cuda/common/check.h"
-#include "cuda/common/kernel_attributes.h"
 #include "cuda/common/scratch_pool.h"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/kernel.cuh"
@@ -20,7 +19,7 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   const long long tiles = args.num_tiles;
   if (tiles == 0) return;
   auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs>;
-  opt_in_shared_memory(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   // Unmasked dense tiles all cost the same: persistent CTAs, one per SM (shared memory allows
   // no more), CTA x walking tiles x, x + grid, ..., so a tile's epilogue and the next one's
   // loads overlap. Masked (causal, window) tiles differ by up to the sequence length, and
