@@ -547,23 +547,37 @@ void run_split(const Context& ctx, const Emit& emit) {
 // graph: both sides timed as CUDA graph replays (cuda_graph_median_ms): the GPU-side time without
 // the host's run() calls inside the span, which the eager rows include (an event, run(), an
 // event, a sync per sample).
-void mixed_vs_separate(const Context& ctx, const Emit& emit, bool graph) {
-  const int chunks = 8, chunk_q = 512, decodes = 128, ctx_len = 4096;
-  std::vector<std::int32_t> pre_q(chunks, chunk_q), pre_kv(chunks, ctx_len), dec_q(decodes, 1),
-      dec_kv(decodes, ctx_len);
-  std::vector<std::int32_t> all_q = pre_q, all_kv = pre_kv;
-  all_q.insert(all_q.end(), dec_q.begin(), dec_q.end());
-  all_kv.insert(all_kv.end(), dec_kv.begin(), dec_kv.end());
+// The mixed benches' batch: 8 prefill chunks of 512 query rows and 128 decode tokens, all on
+// 4096 keys; the prefill and decode halves and the whole, as (q_lens, kv_lens).
+struct MixedBenchBatch {
+  static constexpr int kChunks = 8, kChunkQ = 512, kDecodes = 128, kContext = 4096;
+  std::vector<std::int32_t> pre_q = std::vector<std::int32_t>(kChunks, kChunkQ),
+                            pre_kv = std::vector<std::int32_t>(kChunks, kContext),
+                            dec_q = std::vector<std::int32_t>(kDecodes, 1),
+                            dec_kv = std::vector<std::int32_t>(kDecodes, kContext), all_q, all_kv;
+  MixedBenchBatch() : all_q(pre_q), all_kv(pre_kv) {
+    all_q.insert(all_q.end(), dec_q.begin(), dec_q.end());
+    all_kv.insert(all_kv.end(), dec_kv.begin(), dec_kv.end());
+  }
+  static Row row(const char* kind) {
+    Row base;
+    base.kind = kind;
+    base.dtype = DType::bf16;
+    base.head_dim = kD;
+    base.seq = kContext;
+    base.batch = kChunks + kDecodes;
+    base.heads = kHq;
+    base.causal = true;
+    base.shape = "8x512q/4k + 128x1q/4k h32/8 d128 p16";
+    return base;
+  }
+};
 
-  Row base;
-  base.kind = graph ? "mixed_vs_separate_graph" : "mixed_vs_separate";
-  base.dtype = DType::bf16;
-  base.head_dim = kD;
-  base.seq = ctx_len;
-  base.batch = chunks + decodes;
-  base.heads = kHq;
-  base.causal = true;
-  base.shape = "8x512q/4k + 128x1q/4k h32/8 d128 p16";
+void mixed_vs_separate(const Context& ctx, const Emit& emit, bool graph) {
+  const MixedBenchBatch m;
+  const auto &all_q = m.all_q, &all_kv = m.all_kv, &pre_q = m.pre_q, &pre_kv = m.pre_kv, &dec_q = m.dec_q,
+             &dec_kv = m.dec_kv;
+  const Row base = MixedBenchBatch::row(graph ? "mixed_vs_separate_graph" : "mixed_vs_separate");
   double pairs = 0;
   double ms_mixed = 0;
 
@@ -708,31 +722,17 @@ Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, d
 // each side's figures are the mean of its two rounds): the steady state of a serving loop on a
 // power-capped GPU, with the energy of one call of each side.
 void mixed_sustained(const Context& ctx, const Emit& emit) {
-  const int chunks = 8, chunk_q = 512, decodes = 128, ctx_len = 4096;
-  std::vector<std::int32_t> pre_q(chunks, chunk_q), pre_kv(chunks, ctx_len), dec_q(decodes, 1),
-      dec_kv(decodes, ctx_len);
-  std::vector<std::int32_t> all_q = pre_q, all_kv = pre_kv;
-  all_q.insert(all_q.end(), dec_q.begin(), dec_q.end());
-  all_kv.insert(all_kv.end(), dec_kv.begin(), dec_kv.end());
-  Row base;
-  base.kind = "mixed_sustained";
-  base.dtype = DType::bf16;
-  base.head_dim = kD;
-  base.seq = ctx_len;
-  base.batch = chunks + decodes;
-  base.heads = kHq;
-  base.causal = true;
-  base.shape = "8x512q/4k + 128x1q/4k h32/8 d128 p16";
-  Row a = base, r = base;
+  const MixedBenchBatch m;
+  Row a = MixedBenchBatch::row("mixed_sustained"), r = a;
   a.name = "mixed sustained: one batch";
   a.backend = "tessera_mixed";
   r.name = "mixed sustained: prefill + decode";
   r.backend = "tessera_separate";
   try {
     const EnergyMeter meter(ctx.device.index);
-    PagedSetup p(ctx.device, all_q, all_kv, 40);
-    PagedSetup pp(ctx.device, pre_q, pre_kv, 40);
-    PagedSetup pd(ctx.device, dec_q, dec_kv, 50);
+    PagedSetup p(ctx.device, m.all_q, m.all_kv, 40);
+    PagedSetup pp(ctx.device, m.pre_q, m.pre_kv, 40);
+    PagedSetup pd(ctx.device, m.dec_q, m.dec_kv, 50);
     const double pairs = p.causal_pairs();
     PlannedBatch b(p, ctx.device), bp(pp, ctx.device), bd(pd, ctx.device);
     const auto one = [&] { b.run(p); };
