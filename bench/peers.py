@@ -12,7 +12,9 @@ import statistics
 import sys
 
 
-def time_ms(fn, reps, warmup=3):
+def time_samples(fn, reps, warmup=3):
+    """Milliseconds of `reps` calls of fn, each between two CUDA events and synchronised, after
+    `warmup` calls."""
     import torch
     for _ in range(warmup):
         fn()
@@ -26,7 +28,30 @@ def time_ms(fn, reps, warmup=3):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return times
+
+
+def time_ms(fn, reps, warmup=3):
+    return statistics.median(time_samples(fn, reps, warmup))
+
+
+def interleaved_ms(entries, reps, rounds, timer=time_samples, done=None):
+    """Median milliseconds of each entry over `rounds` rounds of max(1, reps // rounds) timed calls
+    (after a warm-up each round), the entries taking turns in every round (A, B, C, A, B, C, ...)
+    so that a drift of the GPU's clock over the run (the H200 lowers it under its power cap and
+    raises it again later) falls on every entry alike. entries: (context factory, fn) pairs; the
+    context (e.g. a torch SDPA backend) is entered around each entry's calls of a round, outside
+    the timed spans. rounds = 1 is one entry after the other, as time_ms. done(i, ms), if given,
+    is called as soon as entry i's last round is timed."""
+    per = max(1, reps // max(1, rounds))
+    samples = [[] for _ in entries]
+    for r in range(max(1, rounds)):
+        for i, (context, fn) in enumerate(entries):
+            with context():
+                samples[i] += timer(fn, per)
+            if done is not None and r == max(1, rounds) - 1:
+                done(i, statistics.median(samples[i]))
+    return [statistics.median(x) for x in samples]
 
 
 def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal):
@@ -75,7 +100,11 @@ class StampedRows(list):
         super().append(r)
 
 
-def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward):
+def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1):
+    """Forward (and backward) of torch SDPA's flash and cuDNN backends and, when importable,
+    tessera's module, on the same tensors; per shape and mask all of them are timed by
+    interleaved_ms (rounds = 1: one after the other)."""
+    import contextlib
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -92,40 +121,43 @@ def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward):
             v = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype).transpose(1, 2)
             for causal in (False, True):
                 flops = attention_flops(batch, heads, s, s, d, causal)
+                entries = []  # (suite, backend, context factory, fn), in timing order
                 for name, be in backends:
+                    context = lambda be=be: sdpa_kernel(be)
                     try:
-                        with sdpa_kernel(be):
+                        with context():
                             fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                            ms = time_ms(fwd, reps)
-                            rows.append(dict(suite="forward", backend=name, dtype=dtype_name, head_dim=d, seq=s,
-                                             batch=batch, heads=heads, causal=int(causal), ms=ms,
-                                             tflops=flops / ms / 1e9, gbps=0))
+                            fwd()  # a backend may not support a shape: find out before timing
+                            entries.append(("forward", name, context, fwd))
                             if backward:
                                 qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
                                 o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
                                 g = torch.randn_like(o)
-                                bwd = lambda: torch.autograd.grad(o, (qg, kg, vg), g, retain_graph=True)
-                                ms = time_ms(bwd, reps)
-                                rows.append(dict(suite="backward", backend=name, dtype=dtype_name, head_dim=d,
-                                                 seq=s, batch=batch, heads=heads, causal=int(causal), ms=ms,
-                                                 tflops=2.5 * flops / ms / 1e9, gbps=0))
+                                bwd = (lambda o=o, g=g, qg=qg, kg=kg, vg=vg:
+                                       torch.autograd.grad(o, (qg, kg, vg), g, retain_graph=True))
+                                bwd()
+                                entries.append(("backward", name, context, bwd))
                     except Exception as e:  # a backend may not support a shape
                         print(f"# {name} d={d} s={s} causal={causal}: {type(e).__name__}: {e}", file=sys.stderr)
                 if ts is not None:
                     # tessera takes the (batch, seq, heads, d) storage itself.
                     qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
-                    ms = time_ms(lambda: ts.attention(qs, ks, vs, causal=causal), reps)
-                    rows.append(dict(suite="forward", backend="tessera_py", dtype=dtype_name, head_dim=d, seq=s,
-                                     batch=batch, heads=heads, causal=int(causal), ms=ms,
-                                     tflops=flops / ms / 1e9, gbps=0))
+                    entries.append(("forward", "tessera_py", contextlib.nullcontext,
+                                    lambda: ts.attention(qs, ks, vs, causal=causal)))
                     if backward:
                         qg, kg, vg = (t.detach().requires_grad_() for t in (qs, ks, vs))
                         o = ts.attention(qg, kg, vg, causal=causal)
                         g = torch.randn_like(o)
-                        ms = time_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), g, retain_graph=True), reps)
-                        rows.append(dict(suite="backward", backend="tessera_py", dtype=dtype_name, head_dim=d,
-                                         seq=s, batch=batch, heads=heads, causal=int(causal), ms=ms,
-                                         tflops=2.5 * flops / ms / 1e9, gbps=0))
+                        entries.append(("backward", "tessera_py", contextlib.nullcontext,
+                                        lambda o=o, g=g, qg=qg, kg=kg, vg=vg:
+                                        torch.autograd.grad(o, (qg, kg, vg), g, retain_graph=True)))
+                def add_row(i, ms, entries=entries, flops=flops, causal=causal, s=s, batch=batch, heads=heads, d=d):
+                    suite, name = entries[i][0], entries[i][1]
+                    rows.append(dict(suite=suite, backend=name, dtype=dtype_name, head_dim=d, seq=s, batch=batch,
+                                     heads=heads, causal=int(causal), ms=ms,
+                                     tflops=(2.5 if suite == "backward" else 1.0) * flops / ms / 1e9, gbps=0))
+
+                interleaved_ms([(c, f) for _, _, c, f in entries], reps, rounds, done=add_row)
             del q, k, v
             torch.cuda.empty_cache()
 
@@ -185,6 +217,9 @@ def main():
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-decode", action="store_true")
     ap.add_argument("--quick", action="store_true", help="head dim 128 only")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time the backends of a dense shape in this many alternating rounds (A, B, C, A, B, C, ...) "
+                         "of reps / rounds calls each, so that clock drift falls on all alike (1: one after the other)")
     ap.add_argument("--stamps", action="store_true",
                     help="print each row's end time to stderr (to line rows up with a power / clock log)")
     args = ap.parse_args()
@@ -199,7 +234,8 @@ def main():
     rows = StampedRows() if args.stamps else []
     ceilings(args.reps, rows)
     hds = [128] if args.quick else [int(x) for x in args.head_dims.split(",")]
-    dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward)
+    dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward,
+          args.rounds)
     if not args.no_decode:
         configs = [(1, 131072), (8, 32768), (64, 4096), (128, 8192), (256, 2048)]
         decode(args.reps, rows, configs, "bf16")

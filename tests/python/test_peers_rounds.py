@@ -1,0 +1,69 @@
+"""bench/peers.py's interleaved_ms, with a fake timer (no GPU, no torch): the order of the
+calls, the split of the repetitions and what a drifting clock does to each entry's median."""
+import contextlib
+import importlib.util
+import pathlib
+
+_PEERS = pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers.py"
+_spec = importlib.util.spec_from_file_location("peers", _PEERS)
+peers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(peers)
+
+
+class DriftingTimer:
+    """Every timed call costs the entry's base time times a clock factor that falls by `drift`
+    per call (a GPU whose clock recovers over the run); records which entry ran when."""
+
+    def __init__(self, base, drift):
+        self.base, self.drift, self.calls, self.log = base, drift, 0, []
+
+    def __call__(self, fn, reps):
+        out = []
+        for _ in range(reps):
+            name = fn()
+            self.log.append(name)
+            out.append(self.base[name] * (1.0 - self.drift * self.calls))
+            self.calls += 1
+        return out
+
+
+def entries_for(names, entered):
+    def context(name):
+        @contextlib.contextmanager
+        def cm():
+            entered.append(name)
+            yield
+        return cm
+    return [(context(n), (lambda n=n: n)) for n in names]
+
+
+def test_rounds_alternate_the_entries_and_split_the_repetitions():
+    entered = []
+    timer = DriftingTimer({"a": 1.0, "b": 1.0, "c": 1.0}, 0.0)
+    peers.interleaved_ms(entries_for("abc", entered), reps=6, rounds=3, timer=timer)
+    assert timer.log == list("aabbcc" * 3)
+    assert entered == list("abc" * 3)  # each entry's context around its calls of a round
+
+
+def test_one_round_is_one_entry_after_the_other():
+    timer = DriftingTimer({"a": 1.0, "b": 2.0}, 0.0)
+    done = []
+    ms = peers.interleaved_ms(entries_for("ab", []), reps=4, rounds=1, timer=timer,
+                              done=lambda i, m: done.append((i, m, len(timer.log))))
+    assert timer.log == list("aaaabbbb")
+    assert ms == [1.0, 2.0]
+    assert done == [(0, 1.0, 4), (1, 2.0, 8)]  # reported as soon as each entry is timed
+
+
+def test_alternating_rounds_cancel_a_drift_that_one_round_turns_into_a_ratio():
+    base = {"a": 1.0, "b": 1.0}  # equal entries
+    one = peers.interleaved_ms(entries_for("ab", []), reps=40, rounds=1, timer=DriftingTimer(base, 0.002))
+    many = peers.interleaved_ms(entries_for("ab", []), reps=40, rounds=20, timer=DriftingTimer(base, 0.002))
+    assert one[1] / one[0] < 0.93  # timed second, b looks ~8 % faster
+    assert abs(many[1] / many[0] - 1.0) < 0.01
+
+
+def test_reps_below_rounds_still_time_every_entry_each_round():
+    timer = DriftingTimer({"a": 1.0}, 0.0)
+    peers.interleaved_ms(entries_for("a", []), reps=2, rounds=5, timer=timer)
+    assert timer.log == ["a"] * 5
