@@ -35,23 +35,36 @@ def time_ms(fn, reps, warmup=3):
     return statistics.median(time_samples(fn, reps, warmup))
 
 
-def interleaved_ms(entries, reps, rounds, timer=time_samples, done=None):
+def interleaved_ms(entries, reps, rounds, timer=time_samples, done=None, failed=None):
     """Median milliseconds of each entry over `rounds` rounds of max(1, reps // rounds) timed calls
     (after a warm-up each round), the entries taking turns in every round (A, B, C, A, B, C, ...)
     so that a drift of the GPU's clock over the run (the H200 lowers it under its power cap and
     raises it again later) falls on every entry alike. entries: (context factory, fn) pairs; the
     context (e.g. a torch SDPA backend) is entered around each entry's calls of a round, outside
     the timed spans. rounds = 1 is one entry after the other, as time_ms. done(i, ms), if given,
-    is called as soon as entry i's last round is timed."""
-    per = max(1, reps // max(1, rounds))
+    is called as soon as entry i's last round is timed. failed(i, exception), if given, takes an
+    entry's error instead of raising it; that entry is then dropped from the later rounds and its
+    median is None."""
+    rounds = max(1, rounds)
+    per = max(1, reps // rounds)
     samples = [[] for _ in entries]
-    for r in range(max(1, rounds)):
+    dropped = set()
+    for r in range(rounds):
         for i, (context, fn) in enumerate(entries):
-            with context():
-                samples[i] += timer(fn, per)
-            if done is not None and r == max(1, rounds) - 1:
+            if i in dropped:
+                continue
+            try:
+                with context():
+                    samples[i] += timer(fn, per)
+            except Exception as e:  # e.g. out of memory, or a backend failing after its probe
+                if failed is None:
+                    raise
+                failed(i, e)
+                dropped.add(i)
+                continue
+            if done is not None and r == rounds - 1:
                 done(i, statistics.median(samples[i]))
-    return [statistics.median(x) for x in samples]
+    return [None if i in dropped else statistics.median(x) for i, x in enumerate(samples)]
 
 
 def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal):
@@ -157,7 +170,11 @@ def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1):
                                      heads=heads, causal=int(causal), ms=ms,
                                      tflops=(2.5 if suite == "backward" else 1.0) * flops / ms / 1e9, gbps=0))
 
-                interleaved_ms([(c, f) for _, _, c, f in entries], reps, rounds, done=add_row)
+                def log_error(i, e, entries=entries, causal=causal, s=s, d=d):
+                    print(f"# {entries[i][1]} {entries[i][0]} d={d} s={s} causal={causal}: {type(e).__name__}: {e}",
+                          file=sys.stderr)
+
+                interleaved_ms([(c, f) for _, _, c, f in entries], reps, rounds, done=add_row, failed=log_error)
             del q, k, v
             torch.cuda.empty_cache()
 

@@ -39,7 +39,7 @@ def main(path):
                   f"(min {min(times):.1f}, max {max(times):.1f}); starts {min(starts):.0f}-{max(starts):.0f}")
     last = max([us(p[2]) for p in prefill] + [us(d[3]) for d in decode])
     print(f"stamps span {last:.0f} us (first stamp to last CTA end)"
-          + (f"; events around the run's kernels {events[-1]:.0f} us" if events else ""))
+          + (f"; events around the run's launches (merge and launch latency included) {events[-1]:.0f} us" if events else ""))
     if decode:
         prefill_sms = {p[1] for p in prefill}
         for name, rows in (("decode on free SMs", [d for d in decode if d[1] not in prefill_sms]),

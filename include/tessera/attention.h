@@ -60,9 +60,9 @@ void attention_forward_fp8_ragged(const Tensor& q, const Tensor& k, const Tensor
 // stored). dq/dk/dv have the shapes of q/k/v and are overwritten.
 // CUDA: an fp32 workspace of about heads_q x tokens_q x (head_dim + 2) x 4 bytes (plus dK/dV
 // partials when a GQA group is split over CTAs) is taken, stream-ordered, from a per-device pool
-// that keeps its memory between calls, so that calls after a synchronisation need not map it
-// again; the pool holds the largest workspace used so far, and gives back what it holds unused
-// when an allocation fails (then retries once).
+// that keeps up to 1 GiB between calls, so that calls after a synchronisation need not map it
+// again (a larger workspace is given back at the next synchronisation); when an allocation
+// fails the pool gives back all it holds unused and the allocation is retried once.
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& lse, const Tensor& dq,
                         const Tensor& dk, const Tensor& dv,

@@ -221,7 +221,7 @@ TEST(CudaBackward, WorkspaceComesFromThePoolThatKeepsItsMemory) {
   int device = 0;
   TESSERA_TEST_CUDA(cudaGetDevice(&device));
   const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
-  ASSERT_NE(pool, nullptr);
+  if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools on this device or driver";
   auto rng = fresh_rng();
   GpuBwdCase g(dense(DType::bf16, 1, 1024, 1024, 4, 4, 128, opts(false)), rng);
   g.forward();
@@ -233,7 +233,7 @@ TEST(CudaBackward, WorkspaceComesFromThePoolThatKeepsItsMemory) {
   TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
   const std::uint64_t accumulator = 4ull * 1024 * 128 * sizeof(float);
   EXPECT_GE(high, accumulator) << "the backward's workspace did not come from the pool";
-  EXPECT_GE(reserved, accumulator) << "the pool gave the workspace back at the synchronisation";
+  EXPECT_GE(reserved, high) << "the pool gave the workspace back at the synchronisation";
 }
 
 // Several query heads per CTA: at d64 / d128, 17 KV tiles x 4 KV heads = 68 CTAs, so on a

@@ -67,3 +67,34 @@ def test_reps_below_rounds_still_time_every_entry_each_round():
     timer = DriftingTimer({"a": 1.0}, 0.0)
     peers.interleaved_ms(entries_for("a", []), reps=2, rounds=5, timer=timer)
     assert timer.log == ["a"] * 5
+
+
+def test_a_failing_entry_is_dropped_and_the_others_still_timed():
+    calls = []
+
+    def timer(fn, reps):
+        name = fn()
+        calls.append(name)
+        if name == "b" and calls.count("b") == 2:
+            raise RuntimeError("out of memory")
+        return [1.0] * reps
+
+    errors, done = [], []
+    ms = peers.interleaved_ms(entries_for("abc", []), reps=3, rounds=3, timer=timer,
+                              done=lambda i, m: done.append(i), failed=lambda i, e: errors.append((i, str(e))))
+    assert calls == list("abc") + list("abc") + list("ac")  # b dropped after failing in round 2
+    assert errors == [(1, "out of memory")]
+    assert ms == [1.0, None, 1.0]
+    assert done == [0, 2]
+
+
+def test_without_a_failed_callback_the_error_propagates():
+    def timer(fn, reps):
+        raise RuntimeError("boom")
+
+    try:
+        peers.interleaved_ms(entries_for("a", []), reps=1, rounds=1, timer=timer)
+    except RuntimeError as e:
+        assert str(e) == "boom"
+    else:
+        raise AssertionError("expected the timer's error")

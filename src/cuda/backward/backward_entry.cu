@@ -439,8 +439,8 @@ void attention_backward(const BackwardParams& p) {
   // From the per-device pool that keeps its memory across synchronisations (scratch_pool.h): the
   // default pool unmaps freed memory at every synchronisation, so a caller that synchronises
   // between calls (a training step reading its loss, a timing loop) had the next call map ~150 MB
-  // afresh (d128, 16 heads x 16k tokens) before its first launch. The pool then holds the largest
-  // workspace used so far; when it cannot grow it gives back what is unused and tries once more.
+  // afresh (d128, 16 heads x 16k tokens) before its first launch. The pool keeps up to
+  // kScratchPoolKeepBytes; when it cannot grow it gives back what is unused and tries once more.
   void* ws = nullptr;
   const cudaMemPool_t pool = scratch_pool(p.device.index);
   auto allocate = [&] {

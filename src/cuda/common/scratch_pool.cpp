@@ -1,7 +1,6 @@
 #include "cuda/common/scratch_pool.h"
 
 #include <cstdint>
-#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -21,8 +20,8 @@ cudaMemPool_t create_pool(int device) {
   props.location.id = device;
   cudaMemPool_t pool = nullptr;
   if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) return nullptr;
-  std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
-  if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all) != cudaSuccess) {
+  std::uint64_t keep = kScratchPoolKeepBytes;
+  if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
     (void)cudaMemPoolDestroy(pool);
     return nullptr;
   }
