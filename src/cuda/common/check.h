@@ -22,6 +22,10 @@ namespace tessera::cuda {
   msg += " (";
   msg += cudaGetErrorString(err);
   msg += ")";
+  // The runtime also keeps a non-sticky error as its "last error": clear it, or the next
+  // TESSERA_CUDA_CHECK_LAUNCH (an unrelated call's launch check) would report it again. A sticky
+  // error (a kernel fault) stays with the context whatever is read here.
+  (void)cudaGetLastError();
   throw Error(ErrorCode::backend_failure, "", msg);
 }
 
