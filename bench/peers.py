@@ -240,6 +240,8 @@ def main():
     ap.add_argument("--stamps", action="store_true",
                     help="print each row's end time to stderr (to line rows up with a power / clock log)")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds: expected a whole number >= 1, got {args.rounds}")
     try:
         import torch
     except ImportError:

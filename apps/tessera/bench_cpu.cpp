@@ -325,7 +325,7 @@ void run_mixed(const Context& ctx, const Emit& emit) {
   emit(time_batch("mixed bf16 " + std::to_string(chunks) + " chunks+" + std::to_string(decodes) + " dec", pb, ctx, rng));
 }
 
-// The two cases of the CUDA suite's cuda.plan (bench_cuda.cpp, run_plan_time), same lengths,
+// The two cases of the CUDA suite's cuda.plan (bench_cuda_paged.cpp, run_plan_time), same lengths,
 // planned for an H200-sized device (132 SMs) into a host workspace: the planner's host time
 // without the copy to the device.
 void run_plan_h200_cases(const Context& ctx, const Emit& emit) {

@@ -55,7 +55,7 @@ TEST(SplitModel, SharesSmsOnlyWhenBothKindsHaveWork) {
   EXPECT_EQ(split_decode_sms(1.0, 1e12, 132, 1), 131);
 }
 
-// The mixed bench's batch (apps/tessera/bench_cuda.cpp, cuda.mixed_vs_separate: 8 chunks of 512
+// The mixed bench's batch (apps/tessera/bench_cuda_paged.cpp, cuda.mixed_vs_separate: 8 chunks of 512
 // rows on 4096 keys and 128 decodes on 4096, GQA 32/8, d128, pages of 16, causal) planned as the
 // CUDA backend plans it on 132 SMs, then the model fed as launch.cu feeds it: the work figures of
 // the plan's summary and U = prefill items x row blocks (1 here: 32 rows x group 4 = 128

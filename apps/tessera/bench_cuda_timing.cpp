@@ -1,0 +1,175 @@
+// Timing helpers of the CUDA benchmark suites (bench_cuda_timing.h).
+#if defined(TESSERA_WITH_CUDA)
+
+#include "bench_cuda_timing.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::app::bench {
+
+namespace {
+
+// TESSERA_BENCH_SAMPLES: unset, empty or 0 (off) or 1 (print every sample of a median in the
+// order taken); anything else is an error naming the variable, before anything is timed.
+bool print_samples() {
+  const char* v = std::getenv("TESSERA_BENCH_SAMPLES");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return false;
+  if (std::strcmp(v, "1") == 0) return true;
+  throw std::invalid_argument(std::string("TESSERA_BENCH_SAMPLES: expected 1, 0 or unset, got '") + v + "'");
+}
+
+}  // namespace
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Median milliseconds of launch() on `stream`, each call between two events, until min_time
+// seconds (at least 5 calls, at most 200) have been timed.
+double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time) {
+  const bool show_samples = print_samples();
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  std::vector<double> ms;
+  double total = 0;
+  while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
+    check(cudaEventRecord(a, stream), "cudaEventRecord");
+    launch();
+    check(cudaEventRecord(b, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(b), "timed run");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(t);
+    total += t;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  // Every sample in the order taken (drift within a case: clocks, power).
+  if (show_samples) {
+    std::fprintf(stderr, "samples (ms, in order):");
+    for (const double t : ms) std::fprintf(stderr, " %.4f", t);
+    std::fprintf(stderr, "\n");
+  }
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+}
+
+// Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
+double cuda_median_ms(const std::function<void()>& fn, double min_time) {
+  for (int i = 0; i < 3; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  return median_event_ms(nullptr, fn, min_time);
+}
+
+// Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues (captured
+// once on a stream of its own): the GPU-side cost of a call as a serving engine that replays
+// graphs sees it, without the host time of the call itself.
+double cuda_graph_median_ms(const std::function<void(cudaStream_t)>& fn, double min_time) {
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  try {
+    fn(stream);
+  } catch (...) {  // leave no stream in capture mode behind (later cases would fail on it)
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaGetLastError();
+    throw;
+  }
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const auto replay = [&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); };
+  for (int i = 0; i < 3; ++i) replay();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  const double ms = median_event_ms(stream, replay, min_time);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return ms;
+}
+
+// Times fn into r (seconds, flops); a failure becomes a "not run" row instead.
+void time_row(Row& r, double flops, const std::function<void()>& fn, double min_time) {
+  try {
+    r.seconds = cuda_median_ms(fn, min_time) * 1e-3;
+    r.flops = flops;
+  } catch (const std::exception& e) {
+    r.note = std::string("not run: ") + e.what();
+    r.flops = 0;
+  }
+}
+
+// Fills a device buffer with random values of `dtype` (a 16 MiB random block, repeated).
+void fill_random(DeviceBuffer& buf, DType dtype, std::uint64_t seed) {
+  const std::size_t block = std::min<std::size_t>(buf.bytes(), 16u << 20);
+  std::vector<unsigned char> host(block);
+  std::mt19937_64 rng(seed);
+  fill_normal(host.data(), static_cast<std::int64_t>(block / dtype_size(dtype)), dtype, rng);
+  for (std::size_t off = 0; off < buf.bytes(); off += block) buf.upload(host.data(), std::min(block, buf.bytes() - off), off);
+}
+
+// A failed case (e.g. out of memory) becomes a "not run" row; the error is cleared so the
+// next case starts clean (a sticky kernel fault would fail the next CUDA call and say so).
+Row not_run(Row r, const std::exception& e) {
+  r.seconds = 0;
+  r.flops = r.bytes = 0;
+  r.note = std::string("not run: ") + e.what();
+  cudaGetLastError();
+  return r;
+}
+
+// Sustained cost of fn (its launches only, on the default stream): calls back to back with no
+// synchronisation between them for `seconds`, after `warm` seconds of the same, so that the GPU
+// has settled at the clock its power cap allows (the first ~30 ms of a heavy load run at the
+// boost clock). Milliseconds per call from events around the measured calls; joules per call and
+// mean watts from the GPU's energy counter when the meter has one (else -1).
+Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, double warm, double seconds) {
+  const double once = cuda_median_ms(fn, 0.0);  // 3 warm-up calls + 5 timed
+  const long warm_calls = std::max(1L, static_cast<long>(warm * 1e3 / once));
+  const long calls = std::max(1L, static_cast<long>(seconds * 1e3 / once));
+  for (long i = 0; i < warm_calls; ++i) fn();
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  check(cudaEventRecord(a, nullptr), "cudaEventRecord");
+  check(cudaEventSynchronize(a), "warm-up");  // the energy read below sees the warm-up's end
+  const double mj0 = meter.millijoules();
+  check(cudaEventRecord(a, nullptr), "cudaEventRecord");
+  for (long i = 0; i < calls; ++i) fn();
+  check(cudaEventRecord(b, nullptr), "cudaEventRecord");
+  check(cudaEventSynchronize(b), "sustained run");
+  const double mj1 = meter.millijoules();
+  float total = 0;
+  check(cudaEventElapsedTime(&total, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  Sustained r;
+  r.ms = total / static_cast<double>(calls);
+  if (mj0 >= 0 && mj1 > mj0) {
+    r.joules = (mj1 - mj0) * 1e-3 / static_cast<double>(calls);
+    r.watts = (mj1 - mj0) / total;  // mJ / ms
+  }
+  return r;
+}
+
+}  // namespace tessera::app::bench
+
+#endif  // TESSERA_WITH_CUDA

@@ -1,0 +1,52 @@
+// Timing helpers of the CUDA benchmark suites (bench_cuda.cpp: dense attention and the
+// ceilings; bench_cuda_paged.cpp: paged batches): medians of CUDA-event spans and of graph
+// replays, sustained runs with their energy, random device buffers, rows for failed cases.
+// Compiled only with TESSERA_WITH_CUDA.
+#pragma once
+#if defined(TESSERA_WITH_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+
+#include "bench_registry.h"
+#include "common.h"
+#include "energy_meter.h"
+
+namespace tessera::app::bench {
+
+// Throws std::runtime_error naming `what` when e is an error.
+void check(cudaError_t e, const char* what);
+
+// Median milliseconds of launch() on `stream`, each call between two events, until min_time
+// seconds (at least 5 calls, at most 200) have been timed. TESSERA_BENCH_SAMPLES=1 prints every
+// sample in order.
+double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time);
+
+// Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
+double cuda_median_ms(const std::function<void()>& fn, double min_time);
+
+// Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues.
+double cuda_graph_median_ms(const std::function<void(cudaStream_t)>& fn, double min_time);
+
+// Times fn into r (seconds, flops); a failure becomes a "not run" row instead.
+void time_row(Row& r, double flops, const std::function<void()>& fn, double min_time);
+
+// Fills a device buffer with random values of `dtype` (a 16 MiB random block, repeated).
+void fill_random(DeviceBuffer& buf, DType dtype, std::uint64_t seed);
+
+// A failed case (e.g. out of memory) as a "not run" row, the CUDA error cleared.
+Row not_run(Row r, const std::exception& e);
+
+// Sustained cost of fn (bench_cuda_timing.cpp says how it is measured); joules and watts -1
+// where the meter has no counter.
+struct Sustained {
+  double ms = 0, joules = -1, watts = -1;
+};
+Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, double warm, double seconds);
+
+}  // namespace tessera::app::bench
+
+#endif  // TESSERA_WITH_CUDA
