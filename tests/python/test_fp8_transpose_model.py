@@ -41,68 +41,73 @@ def byte_perm(a, b, s):
     return sum(((x >> (8 * ((s >> (4 * k)) & 7))) & 0xFF) << (8 * k) for k in range(4))
 
 
+def ldmatrix_x4_trans(mem, addrs):
+    """ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane 8m + r gives the address of row r of
+    matrix m (16 bytes, 8 halves); lane l receives, per matrix, halves (2q, c) and (2q + 1, c) of
+    it (q = l % 4, c = l // 4), the first in the low 16 bits."""
+    def half(a, col):
+        return int.from_bytes(mem[a + 2 * col:a + 2 * col + 2], "little")
+    return [[half(addrs[8 * m + 2 * (l % 4)], l // 4) | (half(addrs[8 * m + 2 * (l % 4) + 1], l // 4) << 16)
+             for m in range(4)] for l in range(32)]
+
+
+def stmatrix_x4(mem, addrs, regs):
+    """stmatrix.sync.aligned.m8n8.x4.shared.b16: lane 8m + r gives the address of row r of matrix
+    m; lane l's register m holds halves (c, 2q) and (c, 2q + 1) of matrix m: 4 bytes at row c,
+    byte 4q."""
+    for l in range(32):
+        for m in range(4):
+            a = addrs[8 * m + l // 4] + 4 * (l % 4)
+            mem[a:a + 4] = regs[l][m].to_bytes(4, "little")
+
+
 def kernel_transpose(head_dim, v, mutation=None):
-    """The kernel's transpose_v_tile, lane by lane. Returns V^T and, per warp instruction, the
-    byte addresses each lane touched (loads: 8 bytes, stores: 4 bytes). mutation: a deliberate
-    mistake, to show the checks catch it."""
+    """The kernel's transpose_v_tile, lane by lane. A group is 16 keys x 32 columns (512 bytes):
+    one ldmatrix.x4.trans (matrices: keys kb..kb+7 / kb+8..kb+15 x columns d0..d0+15 /
+    d0+16..d0+31), two byte permutes per pair of matrices, one stmatrix.x4 (V^T rows d0 + 2c
+    and d0 + 2c + 1, and the same 16 columns further). Returns V^T and, per warp instruction,
+    the 16-byte rows the lanes addressed (loads, stores). mutation: a deliberate mistake, to show
+    the checks catch it."""
     vt = bytearray(head_dim * 128)
     loads, stores = [], []
-    chunks = head_dim // 8
+    groups = 8 * (head_dim // 32)
     for warp in range(TRANSPOSE_WARPS):
-        for c in range(warp, chunks, TRANSPOSE_WARPS):
-            ld = [[] for _ in range(4)]
-            st = {}
+        for g in range(warp, groups, TRANSPOSE_WARPS):
+            kb, d0 = 16 * (g % 8), 32 * (g // 8)
+            ld, st = [], []
             for lane in range(32):
-                half = lane >> 4
-                kg = lane & 15
-                swap = (kg >> 2) & 1
-                if mutation == "load_order":
-                    swap = 0
-                sel_lo, sel_hi = (0x1504, 0x3726) if swap and mutation != "selector" else (0x5140, 0x7362)
-                q8 = kg % 8
-                key0 = 32 * (kg // 8) + 16 * (q8 // 4) + 2 * (q8 % 4)
-                res_even, res_odd = (key0 + swap) % 8, (key0 + (swap ^ 1)) % 8
-                lane_src = (key0 + swap) * 128 + 8 * half
-                odd_step = 128 - 256 * swap
-                lane_dst = (8 * half) * 128 + 4 * (kg & 3)
-                xq = (kg >> 2) & 3
-                kh, cp = c & 1, c >> 1
-                cc = cp & 7
-                src = lane_src + kh * 64 * 128 + (cp >> 3) * PANEL_BYTES
-                even_chunk, odd_chunk = (cc ^ res_even) * 16, odd_step + (cc ^ res_odd) * 16
-                addrs = [src + even_chunk, src + odd_chunk, src + 1024 + even_chunk, src + 1024 + odd_chunk]
-                w = []
-                for i, a in enumerate(addrs):
-                    ld[i].append(a)
-                    w.append(int.from_bytes(v[a:a + 8], "little"))
-                for m in range(2):
-                    mm = m if mutation == "store_order" else m ^ half
-                    x = [(wi >> (32 * mm)) & 0xFFFFFFFF for wi in w]
-                    lo01, hi01 = byte_perm(x[0], x[1], sel_lo), byte_perm(x[0], x[1], sel_hi)
-                    lo23, hi23 = byte_perm(x[2], x[3], sel_lo), byte_perm(x[2], x[3], sel_hi)
-                    t = [byte_perm(lo01, lo23, 0x5410), byte_perm(lo01, lo23, 0x7632),
-                         byte_perm(hi01, hi23, 0x5410), byte_perm(hi01, hi23, 0x7632)]
-                    dst = lane_dst + (16 * cp + 4 * mm) * 128 + ((kh ^ mm) << 6)
-                    for j in range(4):
-                        a = dst + j * 128 + ((xq ^ j) << 4)
-                        st.setdefault((m, j), []).append(a)
-                        vt[a:a + 4] = t[j].to_bytes(4, "little")
-            loads += ld
-            stores += list(st.values())
+                m, j = lane >> 3, lane & 7
+                key = kb + 8 * (m & 1) + j
+                chunk = (d0 % 128) // 16 + (m >> 1)
+                ld.append((d0 // 128) * PANEL_BYTES + key * 128 + ((chunk ^ (key % 8)) * 16))
+                # The upper half of the store matrices' rows takes the odd V^T row first (the
+                # lane's selectors swapped to match), so that a matrix's 8 rows cover all 8
+                # swizzle residues: conflict-free.
+                odd = (m & 1) ^ (j >= 4 and mutation != "store_rows")
+                row = d0 + 16 * (m >> 1) + 2 * j + odd
+                st.append(row * 128 + (((kb // 16) ^ (row % 8)) * 16))
+            regs = ldmatrix_x4_trans(v, ld)
+            out = []
+            for lane, r in enumerate(regs):
+                upper = lane >= 16 and mutation not in ("selector", "store_rows")
+                even, odd = (0x6420, 0x7531) if mutation != "pairing" else (0x5410, 0x7632)
+                sa, sb = (odd, even) if upper else (even, odd)
+                out.append([byte_perm(r[0], r[1], sa), byte_perm(r[0], r[1], sb),
+                            byte_perm(r[2], r[3], sa), byte_perm(r[2], r[3], sb)])
+            stmatrix_x4(vt, st, out)
+            loads += [ld[8 * m:8 * m + 8] for m in range(4)]
+            stores += [st[8 * m:8 * m + 8] for m in range(4)]
     return vt, loads, stores
 
 
-def wavefronts(addrs, width):
-    """Shared-memory wavefronts of one warp instruction: the most distinct 4-byte words any bank
-    serves (a word read by several lanes is broadcast). 8-byte accesses are served per half-warp
-    (ncu counts 2 ideal wavefronts for a warp's LDS.64), so those sum over the two halves."""
-    def one(group):
-        banks = {}
-        for a in group:
-            for word in range(a // 4, (a + width) // 4):
-                banks.setdefault(word % 32, set()).add(word)
-        return max(len(s) for s in banks.values())
-    return one(addrs[:16]) + one(addrs[16:]) if width == 8 else one(addrs)
+def wavefronts(rows):
+    """Shared-memory wavefronts of one 8-row phase of ldmatrix / stmatrix (8 rows of 16 bytes):
+    the most distinct 4-byte words any bank serves."""
+    banks = {}
+    for a in rows:
+        for word in range(a // 4, a // 4 + 4):
+            banks.setdefault(word % 32, set()).add(word)
+    return max(len(x) for x in banks.values())
 
 
 @pytest.mark.parametrize("head_dim", [128, 256])
@@ -117,14 +122,12 @@ def test_transpose_matches_layout(head_dim):
 def test_transpose_bank_conflicts(head_dim):
     v = bytearray(head_dim // 128 * PANEL_BYTES)
     _, loads, stores = kernel_transpose(head_dim, v)
-    # 32 lanes x 8 bytes: one wavefront per half-warp is the minimum; the kernel's mapping
-    # takes 2 per half-warp (ncu: 4 per LDS.64, 2 ideal; the ideal mapping measured slower, see
-    # the kernel); 32 x 4 bytes: 1.
-    assert max(wavefronts(a, 8) for a in loads) == 4
-    assert max(wavefronts(a, 4) for a in stores) == 1
+    # Every 8-row phase of both instructions is one wavefront (128 bytes): the minimum.
+    assert max(wavefronts(a) for a in loads) == 1
+    assert max(wavefronts(a) for a in stores) == 1
     # Every V byte is read exactly once and every V^T byte written exactly once.
-    read = [a + k for ins in loads for a in ins for k in range(8)]
-    written = [a + k for ins in stores for a in ins for k in range(4)]
+    read = [a + k for ins in loads for a in ins for k in range(16)]
+    written = [a + k for ins in stores for a in ins for k in range(16)]
     assert sorted(read) == list(range(len(v)))
     assert sorted(written) == list(range(head_dim * 128))
 
@@ -134,14 +137,12 @@ def layout_ok(head_dim, v, vt):
 
 
 def test_checks_catch_mistakes():
-    """Not vacuous: a lane with swapped rows but unswapped selectors breaks the layout; the same
-    row order for every lane (the old 8-way loads) or the same column order for both half-warps
-    keeps the layout but fails the conflict counts."""
+    """Not vacuous: unswapped selectors in the upper lanes, or the wrong byte pairing, break the
+    layout; storing every matrix's rows in plain order keeps it but takes 2 wavefronts."""
     rng = random.Random(1)
     v = bytearray(rng.getrandbits(8) for _ in range(PANEL_BYTES))
-    vt, _, _ = kernel_transpose(128, v, "selector")
-    assert not layout_ok(128, v, vt)
-    vt, loads, _ = kernel_transpose(128, v, "load_order")
-    assert layout_ok(128, v, vt) and max(wavefronts(a, 8) for a in loads) > 4
-    vt, _, stores = kernel_transpose(128, v, "store_order")
-    assert layout_ok(128, v, vt) and max(wavefronts(a, 4) for a in stores) > 1
+    for mutation in ("selector", "pairing"):
+        vt, _, _ = kernel_transpose(128, v, mutation)
+        assert not layout_ok(128, v, vt), mutation
+    vt, _, stores = kernel_transpose(128, v, "store_rows")
+    assert layout_ok(128, v, vt) and max(wavefronts(a) for a in stores) == 2

@@ -28,11 +28,13 @@
 
 #include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
+#include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
 #include "cuda/primitives/sm90/fence.cuh"
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/named_barrier.cuh"
 #include "cuda/primitives/sm90/setmaxnreg.cuh"
+#include "cuda/primitives/sm90/stmatrix.cuh"
 #include "cuda/primitives/sm90/tma.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
 #include "cuda/sm90/common/kv_tile_schedule.cuh"
@@ -105,64 +107,41 @@ __device__ __forceinline__ void pack_weights_e4m3(const float (&s)[kBlockN / 8][
 
 // V tile (kBlockN keys x head_dim bytes, as TMA wrote it: 128-byte panels of head-dim columns,
 // rows swizzled) -> V^T (head_dim rows of kBlockN logical keys, 128-byte swizzled rows, K-major
-// for wgmma), keys in the order of pack_weights_e4m3's permutation. A unit is 4 logical keys x
-// 8 columns: four 8-byte loads (the 4 key rows), two 4 x 4 byte transposes, eight 4-byte
-// stores. A warp takes 32 units at a time: 16 key groups x 2 adjacent column blocks (the two
-// 8-byte halves of one 16-byte chunk). Shared-memory wavefronts per warp instruction:
-// - loads: lanes read their key rows in an order that depends on the lane (bit 2 swaps the
-//   even and odd row), so a half-warp (8-byte loads are served per half-warp) covers all 8 row
-//   residues mod 8 of one 8-byte half: 2 wavefronts per half-warp, 4 per load against 2 ideal
-//   (ncu); every lane in the same order was 8-way. A mapping with both halves in each half-warp
-//   reaches the ideal 2 but measured 3 % slower at d128 (same-machine A/B; d256 equal), so the
-//   loads are not the limit and this one stays;
-// - stores: the second half-warp stores its column groups in the opposite order (rows n and
-//   n + 4 mod 8 land in opposite halves of the swizzled row): 32 distinct banks, 1 wavefront.
+// for wgmma), keys in the order of pack_weights_e4m3's permutation. The byte transpose rides on
+// ldmatrix.trans, which transposes 16-bit pairs: a group is 16 keys x 32 columns (512 bytes),
+// one ldmatrix.x4.trans (matrices: keys kb..kb+7 and kb+8..kb+15, each x columns d0..d0+15 and
+// d0+16..d0+31), then per lane and column pair two byte permutes, then one stmatrix.x4. After
+// the load lane (c, q) holds, per matrix pair, the bytes (key kb+2q, kb+2q+1) x (column d0+2c,
+// d0+2c+1) and the same for keys kb+2q+8, +9: the permute's even / odd bytes are exactly logical
+// keys 4q .. 4q+3 of V^T rows d0+2c and d0+2c+1 under that permutation, which is why it was
+// chosen. Both instructions are one wavefront per 8-row phase: the load rows are 8 keys with
+// their own swizzle, and the store matrices' upper four rows take the odd V^T row first (the
+// lanes' selectors swapped to match), so that a matrix's 8 rows cover all 8 swizzle residues.
+// tests/python/test_fp8_transpose_model.py models every lane and checks layout and conflicts.
 template <typename Tr>
-__device__ __forceinline__ void transpose_v_tile(const unsigned char* v, unsigned char* vt, int warp, int warps,
-                                                 int lane) {
-  static_assert(Tr::kBlockN == 128, "16 key groups per half tile");
-  constexpr int kChunks = Tr::kHeadDim / 8;  // 32-unit chunks: (column-block pair, key half)
-  // Everything that depends only on the lane is computed once: the loop body is the 4 loads,
-  // the byte permutes and the 8 stores plus a few adds (address arithmetic per unit was ~160
-  // of ~190 SASS instructions when derived from the unit index).
-  const int half = lane >> 4;        // which 8-byte half of the 16-byte column chunk
-  const int swap = (lane >> 2) & 1;  // loads row key0 + 1 before key0 (and + 9 before + 8)
-  // byte_perm selectors of the 2 x 2 interleave with the two rows' registers swapped (each
-  // selector nibble ^ 4 exchanges the operands).
-  const std::uint32_t sel_lo = swap ? 0x1504u : 0x5140u, sel_hi = swap ? 0x3726u : 0x7362u;
-  // Key group kg = 16 kh + (lane & 15) (logical keys 4 kg .. 4 kg + 3) reads physical rows
-  // key0 + {0, 1, 8, 9}; the second key half (kh = 1) is 64 rows further.
-  const int kg = lane & 15, q8 = kg % 8;
-  const int key0 = 32 * (kg / 8) + 16 * (q8 / 4) + 2 * (q8 % 4);
-  const int res_even = (key0 + swap) % 8, res_odd = (key0 + (swap ^ 1)) % 8;  // row residues of loads 0/2, 1/3
-  const unsigned char* lane_src = v + (key0 + swap) * 128 + 8 * half;
-  const int odd_step = 128 - 256 * swap;  // row of loads 1/3 minus row of loads 0/2
-  // V^T row n = 16 cp + 8 half + 4 mm + j holds logical keys of this lane at 16-byte chunk
-  // (((lane >> 2) & 3) ^ j) | ((kh ^ mm) << 2) of the swizzled row, byte 4 (lane & 3).
-  unsigned char* lane_dst = vt + (8 * half) * 128 + 4 * (lane & 3);
-  const int xq = (lane >> 2) & 3;
-  for (int c = warp; c < kChunks; c += warps) {
-    const int kh = c & 1, cp = c >> 1, cc = cp % 8;  // cc: the 16-byte chunk of the columns in their panel
-    const unsigned char* src = lane_src + kh * (64 * 128) + (cp / 8) * Tr::kKVPanelBytes;
-    const int even_chunk = (cc ^ res_even) * 16, odd_chunk = odd_step + (cc ^ res_odd) * 16;
-    uint2 w[4];  // w[i]: row key0 + ((i & 1) ^ swap) + 8 (i >> 1)
-    w[0] = *reinterpret_cast<const uint2*>(src + even_chunk);
-    w[1] = *reinterpret_cast<const uint2*>(src + odd_chunk);
-    w[2] = *reinterpret_cast<const uint2*>(src + 8 * 128 + even_chunk);
-    w[3] = *reinterpret_cast<const uint2*>(src + 8 * 128 + odd_chunk);
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {  // the second half-warp does its column groups in reverse
-      const int mm = m ^ half;     // columns 16 cp + 8 half + 4 mm + 0..3
-      const std::uint32_t x0 = mm ? w[0].y : w[0].x, x1 = mm ? w[1].y : w[1].x;
-      const std::uint32_t x2 = mm ? w[2].y : w[2].x, x3 = mm ? w[3].y : w[3].x;
-      const std::uint32_t lo01 = __byte_perm(x0, x1, sel_lo), hi01 = __byte_perm(x0, x1, sel_hi);
-      const std::uint32_t lo23 = __byte_perm(x2, x3, sel_lo), hi23 = __byte_perm(x2, x3, sel_hi);
-      const std::uint32_t t[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                                  __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
-      unsigned char* dst = lane_dst + (16 * cp + 4 * mm) * 128 + ((kh ^ mm) << 6);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) *reinterpret_cast<std::uint32_t*>(dst + j * 128 + ((xq ^ j) << 4)) = t[j];
-    }
+__device__ __forceinline__ void transpose_v_tile(std::uint32_t v, std::uint32_t vt, int warp, int warps, int lane) {
+  static_assert(Tr::kBlockN == 128 && Tr::kHeadDim % 32 == 0, "8 key blocks of 16 x column blocks of 32");
+  constexpr int kGroups = 8 * (Tr::kHeadDim / 32);
+  const int m = lane >> 3, j = lane & 7;  // the matrix and row this lane addresses
+  // Load row: key kb + 8 (m & 1) + j, 16-byte chunk (d0 % 128) / 16 + (m >> 1) of its panel row,
+  // swizzled by key % 8 = j; (d0 % 128) / 16 is even, so the chunk is that ^ ((m >> 1) ^ j).
+  const std::uint32_t src_lane = v + static_cast<std::uint32_t>((8 * (m & 1) + j) * 128);
+  const int src_x = ((m >> 1) ^ j) << 4;
+  // Store row: V^T row d0 + 16 (m >> 1) + 2 j + odd, odd = (m & 1) ^ (j >= 4).
+  const int row = 16 * (m >> 1) + 2 * j + ((m & 1) ^ (j >> 2));
+  const std::uint32_t dst_lane = vt + static_cast<std::uint32_t>(row * 128);
+  const int dst_x = row % 8;
+  // Byte permutes: even V^T row = bytes 0, 2 of the first matrix and 0, 2 of the second (keys
+  // 2q, 2q+1, 2q+8, 2q+9); odd row = bytes 1, 3 of each. Lanes 16-31 (c >= 4) store odd first.
+  const std::uint32_t sel_a = lane < 16 ? 0x6420u : 0x7531u, sel_b = lane < 16 ? 0x7531u : 0x6420u;
+  for (int g = warp; g < kGroups; g += warps) {
+    const int kb = 16 * (g % 8), d0 = 32 * (g / 8);
+    std::uint32_t r[4];
+    sm80::ldmatrix_x4_trans(r, src_lane + static_cast<std::uint32_t>((d0 / 128) * Tr::kKVPanelBytes + kb * 128 +
+                                                                      ((((d0 % 128) / 16) << 4) ^ src_x)));
+    stmatrix_x4(dst_lane + static_cast<std::uint32_t>(d0 * 128 + (((kb >> 4) ^ dst_x) << 4)),
+                __byte_perm(r[0], r[1], sel_a), __byte_perm(r[0], r[1], sel_b), __byte_perm(r[2], r[3], sel_a),
+                __byte_perm(r[2], r[3], sel_b));
   }
 }
 
@@ -385,9 +364,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
             const std::uint32_t parity = (it / S) & 1;
             mbarrier_wait_parity(v_full(stage), parity);
             mbarrier_wait_parity(vt_empty(stage), parity ^ 1);
-            transpose_v_tile<Tr>(base_ptr + Tr::kVOffset + stage * Tr::kKVTileBytes,
-                                 base_ptr + Tr::kVtOffset + stage * Tr::kVtTileBytes, threadIdx.x / 32 - 1,
-                                 Tr::kTransposeWarps, lane);
+            transpose_v_tile<Tr>(sV(stage), base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes),
+                                 threadIdx.x / 32 - 1, Tr::kTransposeWarps, lane);
             fence_proxy_async_shared_cta();  // wgmma reads V^T through the async proxy
             __syncwarp();
             if (lane == 0) {
