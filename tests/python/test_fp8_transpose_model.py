@@ -70,10 +70,10 @@ def kernel_transpose(head_dim, v, mutation=None):
     the checks catch it."""
     vt = bytearray(head_dim * 128)
     loads, stores = [], []
-    groups = 8 * (head_dim // 32)
+    units = 2 * (head_dim // 32)  # a warp's unit: 32 columns x 64 keys, four groups
     for warp in range(TRANSPOSE_WARPS):
-        for g in range(warp, groups, TRANSPOSE_WARPS):
-            kb, d0 = 16 * (g % 8), 32 * (g // 8)
+        for g in (4 * u + i for u in range(warp, units, TRANSPOSE_WARPS) for i in range(4)):
+            kb, d0 = 64 * ((g // 4) % 2) + 16 * (g % 4), 32 * (g // 8)
             ld, st = [], []
             for lane in range(32):
                 m, j = lane >> 3, lane & 7

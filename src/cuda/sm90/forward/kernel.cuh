@@ -120,8 +120,11 @@ __device__ __forceinline__ void pack_weights_e4m3(const float (&s)[kBlockN / 8][
 // tests/python/test_fp8_transpose_model.py models every lane and checks layout and conflicts.
 template <typename Tr>
 __device__ __forceinline__ void transpose_v_tile(std::uint32_t v, std::uint32_t vt, int warp, int warps, int lane) {
-  static_assert(Tr::kBlockN == 128 && Tr::kHeadDim % 32 == 0, "8 key blocks of 16 x column blocks of 32");
-  constexpr int kGroups = 8 * (Tr::kHeadDim / 32);
+  static_assert(Tr::kBlockN == 128 && Tr::kHeadDim % 32 == 0, "2 key halves of 64 x column blocks of 32");
+  // A warp takes units of 32 columns x 64 keys (a key half), four groups each, unrolled: the
+  // groups of a unit differ by 2048 bytes in V (16 rows, an immediate) and by a 16-byte chunk
+  // in V^T, so a group costs its 6 data instructions plus ~2.
+  constexpr int kUnits = 2 * (Tr::kHeadDim / 32);
   const int m = lane >> 3, j = lane & 7;  // the matrix and row this lane addresses
   // Load row: key kb + 8 (m & 1) + j, 16-byte chunk (d0 % 128) / 16 + (m >> 1) of its panel row,
   // swizzled by key % 8 = j; (d0 % 128) / 16 is even, so the chunk is that ^ ((m >> 1) ^ j).
@@ -130,18 +133,22 @@ __device__ __forceinline__ void transpose_v_tile(std::uint32_t v, std::uint32_t 
   // Store row: V^T row d0 + 16 (m >> 1) + 2 j + odd, odd = (m & 1) ^ (j >= 4).
   const int row = 16 * (m >> 1) + 2 * j + ((m & 1) ^ (j >> 2));
   const std::uint32_t dst_lane = vt + static_cast<std::uint32_t>(row * 128);
-  const int dst_x = row % 8;
   // Byte permutes: even V^T row = bytes 0, 2 of the first matrix and 0, 2 of the second (keys
   // 2q, 2q+1, 2q+8, 2q+9); odd row = bytes 1, 3 of each. Lanes 16-31 (c >= 4) store odd first.
   const std::uint32_t sel_a = lane < 16 ? 0x6420u : 0x7531u, sel_b = lane < 16 ? 0x7531u : 0x6420u;
-  for (int g = warp; g < kGroups; g += warps) {
-    const int kb = 16 * (g % 8), d0 = 32 * (g / 8);
-    std::uint32_t r[4];
-    sm80::ldmatrix_x4_trans(r, src_lane + static_cast<std::uint32_t>((d0 / 128) * Tr::kKVPanelBytes + kb * 128 +
-                                                                      ((((d0 % 128) / 16) << 4) ^ src_x)));
-    stmatrix_x4(dst_lane + static_cast<std::uint32_t>(d0 * 128 + (((kb >> 4) ^ dst_x) << 4)),
-                __byte_perm(r[0], r[1], sel_a), __byte_perm(r[0], r[1], sel_b), __byte_perm(r[2], r[3], sel_a),
-                __byte_perm(r[2], r[3], sel_b));
+  for (int u = warp; u < kUnits; u += warps) {
+    const int d0 = 32 * (u >> 1), kh = u & 1;  // columns d0 .. d0 + 31, keys 64 kh .. 64 kh + 63
+    const std::uint32_t src = src_lane + static_cast<std::uint32_t>((d0 / 128) * Tr::kKVPanelBytes + kh * 64 * 128 +
+                                                                    ((((d0 % 128) / 16) << 4) ^ src_x));
+    const std::uint32_t dst = dst_lane + static_cast<std::uint32_t>(d0 * 128);
+    const int dx = (row % 8) ^ (4 * kh);  // V^T chunk of group i: (4 kh + i) ^ (row % 8) = i ^ dx
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      std::uint32_t r[4];
+      sm80::ldmatrix_x4_trans(r, src + 2048u * i);
+      stmatrix_x4(dst + static_cast<std::uint32_t>((i ^ dx) << 4), __byte_perm(r[0], r[1], sel_a),
+                  __byte_perm(r[0], r[1], sel_b), __byte_perm(r[2], r[3], sel_a), __byte_perm(r[2], r[3], sel_b));
+    }
   }
 }
 
