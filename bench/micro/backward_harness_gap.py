@@ -5,11 +5,16 @@ The same d128 16k backward (bf16, 16 heads, 16k tokens) is timed several ways in
 in alternating rounds so that a drift of the clock falls on every variant alike:
   direct    _C.attention_backward on preallocated outputs (no autograd, no allocation)
   ops       tessera._ops._backward (allocates dq, dk, dv)
-  autograd  torch.autograd.grad through the custom op, as bench/peers.py does
+  autograd  torch.autograd.grad through tessera's custom op, as bench/peers.py does
+  function  the same through tessera's classic torch.autograd.Function (AttentionFunction)
+  flash     torch SDPA's flash backend through autograd (its node is C++), for comparison
   tiled     direct, on inputs tiled from one 16 MB block as `tessera bench` fills them
-and, for direct and autograd, torch's profiler gives the kernels' own time per call, so that
-host gaps inside the timed span and slower kernels can be told apart.
+with the host time until each call returns, a breakdown of the autograd call's host time around
+tessera's backward formula, and torch's profiler's kernel time per call (direct, autograd,
+function, flash, tiled), so that host gaps inside the timed span and slower kernels can be told
+apart, and tessera's kernels compared with flash's like for like.
   PYTHONPATH=build/python python3 bench/micro/backward_harness_gap.py [--seq 16384] [--causal]
+  (TESSERA_CUDA_BACKWARD=portable for the portable path; --cpu-table N prints host-side ops)
 """
 import argparse
 import statistics
@@ -134,7 +139,7 @@ def main():
               f"{statistics.median(host[n]):.3f} ms")
 
     from torch.profiler import ProfilerActivity, profile
-    for n in ("direct", "autograd", "function", "tiled"):
+    for n in ("direct", "autograd", "function", "flash", "tiled"):
         fn = variants[n]
         with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             for _ in range(args.reps):
