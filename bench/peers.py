@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Peers measured in the same run as tessera: torch SDPA (flash and cuDNN backends) on the
-shapes of tessera's CUDA suites, plus the ceilings (bf16 GEMM, device copy, read-only sum).
+shapes of tessera's CUDA suites, plus the ceilings (bf16 GEMM, FP8 GEMM, device copy, read-only sum);
+with tessera's Python module importable, tessera (bf16, and FP8 at head_dim 128 and 256) in the same
+process.
 
 Writes CSV rows (suite,backend,dtype,head_dim,seq,batch,heads,causal,ms,tflops,gbps) to
 --out and prints them. Inputs are random (never zeros); forward and backward are timed with
@@ -81,6 +83,7 @@ def ceilings(reps, rows):
     rows.append(dict(suite="ceiling", backend="torch_matmul", dtype="bf16", head_dim=0, seq=n, batch=1, heads=1,
                      causal=0, ms=ms, tflops=2 * n**3 / ms / 1e9, gbps=0))
     del a, b
+    fp8_gemm_ceiling(reps, rows)
     x = torch.randn(1 << 30, device="cuda", dtype=torch.float32)  # 4 GiB
     ms = time_ms(lambda: x.sum(), reps)
     rows.append(dict(suite="ceiling", backend="read_sum", dtype="fp32", head_dim=0, seq=0, batch=1, heads=1,
@@ -90,6 +93,26 @@ def ceilings(reps, rows):
     rows.append(dict(suite="ceiling", backend="copy", dtype="fp32", head_dim=0, seq=0, batch=1, heads=1,
                      causal=0, ms=ms, tflops=0, gbps=2 * x.numel() * 4 / ms / 1e6))
     del x, y
+    torch.cuda.empty_cache()
+
+
+def fp8_gemm_ceiling(reps, rows, n=8192):
+    """e4m3 x e4m3 -> bf16 GEMM (torch._scaled_mm, unit scales), n^3: what the FP8 forward's
+    TFLOP/s are measured against. Skipped, with a note, where torch or the GPU has no FP8 GEMM."""
+    import torch
+    try:
+        a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        one = torch.ones((), device="cuda")
+        gemm = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        gemm()
+    except Exception as e:  # no float8 in this torch, or no FP8 tensor cores on this GPU
+        print(f"# fp8 GEMM ceiling not measured: {type(e).__name__}: {e}", file=sys.stderr)
+        return
+    ms = time_ms(gemm, reps)
+    rows.append(dict(suite="ceiling", backend="torch_scaled_mm", dtype="fp8_e4m3", head_dim=0, seq=n, batch=1,
+                     heads=1, causal=0, ms=ms, tflops=2 * n**3 / ms / 1e9, gbps=0))
+    del a, b
     torch.cuda.empty_cache()
 
 
@@ -113,10 +136,11 @@ class StampedRows(list):
         super().append(r)
 
 
-def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1):
+def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1, fp8=False):
     """Forward (and backward) of torch SDPA's flash and cuDNN backends and, when importable,
     tessera's module, on the same tensors; per shape and mask all of them are timed by
-    interleaved_ms (rounds = 1: one after the other)."""
+    interleaved_ms (rounds = 1: one after the other). fp8: tessera's FP8 forward too (head_dim
+    128 and 256, the same values rounded to e4m3, unit descales; dtype fp8_e4m3 in the rows)."""
     import contextlib
     import torch
     import torch.nn.functional as F
@@ -157,6 +181,13 @@ def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1):
                     qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
                     entries.append(("forward", "tessera_py", contextlib.nullcontext,
                                     lambda: ts.attention(qs, ks, vs, causal=causal)))
+                    if fp8 and d in (128, 256) and dtype_name == "bf16":
+                        # The same values rounded to e4m3 (unit descales): no peer runs fp8
+                        # attention through torch SDPA, so these rows stand beside the bf16
+                        # peers and the fp8 GEMM ceiling.
+                        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (qs, ks, vs))
+                        entries.append(("forward", "tessera_py_fp8", contextlib.nullcontext,
+                                        lambda: ts.attention_fp8(q8, k8, v8, causal=causal)))
                     if backward:
                         qg, kg, vg = (t.detach().requires_grad_() for t in (qs, ks, vs))
                         o = ts.attention(qg, kg, vg, causal=causal)
@@ -166,7 +197,8 @@ def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1):
                                         torch.autograd.grad(o, (qg, kg, vg), g, retain_graph=True)))
                 def add_row(i, ms, entries=entries, flops=flops, causal=causal, s=s, batch=batch, heads=heads, d=d):
                     suite, name = entries[i][0], entries[i][1]
-                    rows.append(dict(suite=suite, backend=name, dtype=dtype_name, head_dim=d, seq=s, batch=batch,
+                    dt = "fp8_e4m3" if name.endswith("_fp8") else dtype_name
+                    rows.append(dict(suite=suite, backend=name, dtype=dt, head_dim=d, seq=s, batch=batch,
                                      heads=heads, causal=int(causal), ms=ms,
                                      tflops=(2.5 if suite == "backward" else 1.0) * flops / ms / 1e9, gbps=0))
 
@@ -233,6 +265,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-decode", action="store_true")
+    ap.add_argument("--no-fp8", action="store_true", help="leave out tessera's FP8 forward rows")
     ap.add_argument("--quick", action="store_true", help="head dim 128 only")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time the backends of a dense shape in this many alternating rounds (A, B, C, A, B, C, ...) "
@@ -254,7 +287,7 @@ def main():
     ceilings(args.reps, rows)
     hds = [128] if args.quick else [int(x) for x in args.head_dims.split(",")]
     dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward,
-          args.rounds)
+          args.rounds, fp8=not args.no_fp8)
     if not args.no_decode:
         configs = [(1, 131072), (8, 32768), (64, 4096), (128, 8192), (256, 2048)]
         decode(args.reps, rows, configs, "bf16")
