@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Why tessera's backward reads slower through peers.py than through `tessera bench`.
 
-The same d128 16k backward (bf16, 16 heads, 16k tokens) is timed several ways in one process,
+One dense bf16 backward (default: head_dim 128, 2048 / head_dim heads, 16k tokens as
+tokens / seq sequences of --seq, at least one) is timed several ways in one process,
 in alternating rounds so that a drift of the clock falls on every variant alike:
   direct    _C.attention_backward on preallocated outputs (no autograd, no allocation)
   ops       tessera._ops._backward (allocates dq, dk, dv)
@@ -121,6 +122,7 @@ def main():
     tt._eager_backward = stamped
     parts = []
     for _ in range(args.reps):
+        stamps.clear()
         t = time.perf_counter()
         autograd()
         end = time.perf_counter()

@@ -68,16 +68,32 @@ def _backward_fwd(ctx, dout, dlse):
         return None, None, None, None, None, None, None, None
     q, k, v, out, lse = ctx.saved_tensors
     scale, causal, wl, wr, softcap = ctx.opts
-    bwd = _eager_backward if _eager(dout, q) else attention_bwd
+    bwd = _eager_backward if _eager(dout, q, k, v, out, lse) else attention_bwd
     dq, dk, dv = bwd(dout, q, k, v, out, lse, scale, causal, wl, wr, softcap, False)
     return dq, dk, dv, None, None, None, None, None
 
 
+def _plain(*tensors):
+    """True when every tensor is real data seen by no interposer: a plain Tensor or Parameter,
+    not functorch-wrapped, not functional, and no dispatch mode active (make_fx, flop
+    counters). Only then may tessera call its kernels without going through its custom ops."""
+    from torch.utils import _python_dispatch
+    mode = getattr(_python_dispatch, "_get_current_dispatch_mode", None)
+    if mode is not None and mode() is not None:
+        return False
+    functional = getattr(torch, "_is_functional_tensor", None)
+    wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    return all(type(t) in (Tensor, torch.nn.Parameter) and not (functional and functional(t))
+               and not (wrapped and wrapped(t)) for t in tensors)
+
+
 def _eager(*tensors):
-    """True when the backward formula runs on real tensors outside any tracing: torch.compile's
-    dynamo (is_compiling) and AOTAutograd's trace of the backward (fake or functional tensors,
-    where is_compiling is False) must see the custom op instead."""
-    return not torch.compiler.is_compiling() and not any(_is_fake(t) for t in tensors)
+    """True when the backward formula may call the kernels directly: real tensors (_plain), no
+    tracing (torch.compile's dynamo; AOTAutograd traces the backward with fake or functional
+    tensors, where is_compiling is False) and grad mode off. Grad mode is on in a backward only
+    under create_graph=True: there the custom op must run, so that a second backward through
+    dq, dk, dv raises instead of treating them as constants."""
+    return not torch.compiler.is_compiling() and not torch.is_grad_enabled() and _plain(*tensors)
 
 
 def _eager_backward(dout, q, k, v, out, lse, scale, causal, wl, wr, softcap, deterministic):
@@ -132,7 +148,7 @@ def _backward_ragged(ctx, dout, dlse):
         return (None,) * 10
     q, k, v, cu_q, cu_k, out, lse = ctx.saved_tensors
     scale, causal, wl, wr, softcap = ctx.opts
-    if not _eager(dout, q):
+    if not _eager(dout, q, k, v, cu_q, cu_k, out, lse):
         dq, dk, dv = attention_ragged_bwd(dout, q, k, v, cu_q, cu_k, out, lse, scale, causal, wl, wr, softcap, False)
     else:
         dq, dk, dv = _ops._backward_ragged(q, k, v, cu_q, cu_k, out, _c(dout), lse, causal, (wl, wr), softcap, scale,
@@ -186,11 +202,7 @@ def eager_no_grad(*tensors):
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
-    return not _is_fake(tensors[0])
-
-
-def _is_fake(t):
-    return type(t) is not Tensor and not isinstance(t, torch.nn.Parameter)
+    return _plain(*tensors)
 
 
 def _to_index(values, like):
