@@ -33,6 +33,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--cpu-table", type=int, default=0, help="print this many host-side ops of the profile")
     args = ap.parse_args()
+    for name in ("seq", "tokens", "reps", "rounds"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name}: expected a whole number >= 1, got {getattr(args, name)}")
+    if args.head_dim not in (64, 128, 256):
+        ap.error(f"--head-dim: expected 64, 128 or 256, got {args.head_dim}")
+    if args.cpu_table < 0:
+        ap.error(f"--cpu-table: expected a number of rows >= 0, got {args.cpu_table}")
     import torch
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
