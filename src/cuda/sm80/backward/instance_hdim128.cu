@@ -12,4 +12,14 @@ void launch_backward_main<__nv_bfloat16, 128>(const BwdArgs& args, void* stream)
   bwd::launch_main<__nv_bfloat16, 128>(args, stream);
 }
 
+template <>
+void launch_backward_main_d128_tiles<__half>(const BwdArgs& args, int kv_tiles, bool programmatic, void* stream) {
+  bwd::launch_main<__half, 128>(args, stream, kv_tiles, programmatic);
+}
+template <>
+void launch_backward_main_d128_tiles<__nv_bfloat16>(const BwdArgs& args, int kv_tiles, bool programmatic,
+                                                    void* stream) {
+  bwd::launch_main<__nv_bfloat16, 128>(args, stream, kv_tiles, programmatic);
+}
+
 }  // namespace tessera::cuda::sm80
