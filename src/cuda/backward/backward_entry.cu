@@ -525,7 +525,9 @@ void attention_backward(const BackwardParams& p) {
   // on compute capability 9.x (the programmatic launch). Automatic where a CTA walks >= 128 query
   // tiles and the last wave holds at least a quarter of the SMs: 4 pieces of the last
   // ceil(last wave / (kv heads x sequences)) KV tiles; TESSERA_CUDA_BACKWARD_TAIL_PIECES=0 turns
-  // them off, =k forces k pieces of the last quarter of the KV tiles wherever they apply.
+  // them off, =k forces k pieces of the last quarter of the KV tiles wherever the structural
+  // conditions hold and k divides seq_q (silently the plain path otherwise: a measurement and
+  // test knob; its workspace grows with k, batch x k x tail rows x kv heads x 1 KB).
   TailPlan tp;
   const int forced = dispatch::backward_tail_pieces_override();
   if (forced != 0 && !use_sm90 && D == 128 && variant == 0 && !tile_major && !ragged && !p.mask.causal &&
@@ -538,7 +540,9 @@ void attention_backward(const BackwardParams& p) {
     const std::int64_t last_wave = base_ctas % sms;
     const std::int64_t q_tiles = (p.seq_q + shape.block_q - 1) / shape.block_q;
     const bool worth = forced > 0 || (q_tiles >= 128 && last_wave >= sms / 4);
-    if (major == 9 && worth && p.seq_q % pieces == 0) {
+    const bool sm90_code = p.dtype == DType::bf16 ? backward_main_d128_has_sm90_code<__nv_bfloat16>()
+                                                   : backward_main_d128_has_sm90_code<__half>();
+    if (major == 9 && sm90_code && worth && p.seq_q % pieces == 0) {
       std::int64_t t = forced > 0 ? std::max<std::int64_t>(1, kv_tiles / 4) : (last_wave + per_tile - 1) / per_tile;
       t = std::min<std::int64_t>(t, kv_tiles - 1);
       tp.pieces = pieces;

@@ -59,5 +59,9 @@ constexpr bool has_tile_major_order(int head_dim, int variant) { return head_dim
 // instance_hdim128.cu.
 template <typename T>
 void launch_backward_main_d128_tiles(const BwdArgs& args, int kv_tiles, bool programmatic, void* stream);
+// Whether that kernel was built with sm_90 code (its griddepcontrol instructions): a build for
+// compute capability 8.x only runs JIT-compiled PTX on a 9.x device, without them.
+template <typename T>
+bool backward_main_d128_has_sm90_code();
 
 }  // namespace tessera::cuda::sm80

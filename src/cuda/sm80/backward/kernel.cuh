@@ -740,10 +740,27 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A tail-pieces grid must not complete before the grid it depends on (the post kernels after
-  // it read both grids' dQ reductions): every thread waits here, after its last store, for that
-  // grid's completion and memory flush. A plain launch has no prerequisite in flight: returns at once.
+  // it read both grids' dQ reductions and dK/dV): every thread waits here, after its last
+  // store, for that grid's completion and memory flush. So a piece that finishes while the main
+  // grid still runs holds its SM until then (one CTA per SM): during the main grid's last wave
+  // each free SM runs one piece, not several. Waiting in the last CTA only would avoid that, but
+  // any test of the CTA index here costs the bf16 instance 12 B of spill at 255 registers
+  // (ptxas 13.0, sm_90). At 16k the wave arithmetic is the same either way (docs/perf/
+  // backward_sm80.md, "Tail pieces"). A plain launch has no prerequisite in flight: returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// Whether `kernel` runs sm_90 code on this device (binary and PTX version >= 9.0): a build without
+// 90 runs JIT-compiled 8.x PTX there, which has no griddepcontrol.
+template <typename Kernel>
+bool has_sm90_code(Kernel kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return std::min(attr.binaryVersion, attr.ptxVersion) >= 90;
 }
 
 // kTileMajor: grid (heads_kv * n_splits, kv tiles, batch) instead of (kv tiles, heads_kv *
