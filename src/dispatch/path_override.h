@@ -86,10 +86,29 @@ inline bool parse_batch_decode_claims(const char* value) {
               std::string("TESSERA_CUDA_BATCH_DECODE_CLAIMS: expected 0, 1 or unset, got '") + value + "'");
 }
 
+// TESSERA_CUDA_BACKWARD_TAIL_PIECES (a measurement and test knob of the portable backward's tail
+// pieces, backward_entry.cu): unset or empty: -1 (the host rule decides); 0: never; 2..16: that
+// many pieces wherever the kernel allows them, whatever the shape. Anything else throws, naming
+// the variable.
+inline int parse_backward_tail_pieces(const char* value) {
+  if (value == nullptr || *value == '\0') return -1;
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || !(v == 0 || (v >= 2 && v <= 16)))
+    throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_BACKWARD_TAIL_PIECES",
+                std::string("TESSERA_CUDA_BACKWARD_TAIL_PIECES: expected 0 (never), a number of pieces in [2, 16] or "
+                            "unset, got '") +
+                    value + "'");
+  return static_cast<int>(v);
+}
+
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
 inline BackwardPath backward_path_override() { return parse_backward_path(std::getenv("TESSERA_CUDA_BACKWARD")); }
 inline BatchPath batch_path_override() { return parse_batch_path(std::getenv("TESSERA_CUDA_BATCH")); }
 inline int batch_decode_sms_override() { return parse_batch_decode_sms(std::getenv("TESSERA_CUDA_BATCH_DECODE_SMS")); }
+inline int backward_tail_pieces_override() {
+  return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));
+}
 inline bool batch_decode_claims_override() {
   return parse_batch_decode_claims(std::getenv("TESSERA_CUDA_BATCH_DECODE_CLAIMS"));
 }

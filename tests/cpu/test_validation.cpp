@@ -616,6 +616,14 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_TRUE(dispatch::parse_batch_decode_claims("1"));
   expect_rejected("TESSERA_CUDA_BATCH_DECODE_CLAIMS", dispatch::parse_batch_decode_claims,
                   {"2", "yes", "true", "1 ", "-1"});
+  // The backward's tail pieces: 0 (never), 2..16 pieces, or unset / empty (the host rule).
+  EXPECT_EQ(dispatch::parse_backward_tail_pieces(nullptr), -1);
+  EXPECT_EQ(dispatch::parse_backward_tail_pieces(""), -1);
+  EXPECT_EQ(dispatch::parse_backward_tail_pieces("0"), 0);
+  EXPECT_EQ(dispatch::parse_backward_tail_pieces("2"), 2);
+  EXPECT_EQ(dispatch::parse_backward_tail_pieces("16"), 16);
+  expect_rejected("TESSERA_CUDA_BACKWARD_TAIL_PIECES", dispatch::parse_backward_tail_pieces,
+                  {"1", "17", "-1", "4 ", "x", "3.5", "2abc"});
 }
 
 }  // namespace

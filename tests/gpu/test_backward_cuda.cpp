@@ -236,6 +236,72 @@ TEST(CudaBackward, WorkspaceComesFromThePoolThatKeepsItsMemory) {
   EXPECT_GE(reserved, high) << "the pool gave the workspace back at the synchronisation";
 }
 
+// Sets an environment variable for a scope and restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// The portable backward's tail pieces (backward_entry.cu, TailPlan; docs/perf/backward_sm80.md,
+// "Tail pieces"), forced at small shapes: the last quarter of the KV tiles of every (sequence,
+// kv head) as 4 CTAs over query shares, launched as a programmatic dependent of the main grid,
+// dK/dV summed from fp32 partials. Against the oracle with margins and full writes: MHA with a
+// partial last KV tile, shares that end inside a query tile, two sequences with a soft cap, and
+// GQA 2 on a grid large enough that the group is not split. Only compute capability 9.x runs
+// pieces (skipped elsewhere); the workspace's high-water mark shows they were planned (their
+// partials make it larger than without).
+TEST(CudaBackward, TailPiecesMatchOracle) {
+  int device = 0, major = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major != 9) GTEST_SKIP() << "tail pieces run on compute capability 9.x only";
+  const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
+  if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: the test cannot see that pieces ran";
+  ScopedEnv path("TESSERA_CUDA_BACKWARD", "portable");
+  auto rng = fresh_rng();
+  // The second case's shares (250 rows) end inside a query tile: a piece's last tile is partial.
+  for (const CaseSpec& s : {dense(DType::bf16, 1, 1024, 1000, 4, 4, 128, opts(false)),
+                            dense(DType::bf16, 1, 1000, 700, 2, 2, 128, opts(false)),
+                            dense(DType::f16, 2, 512, 640, 2, 2, 128, opts(false, -1, -1, 3.0f)),
+                            dense(DType::bf16, 1, 256, 2304, 16, 8, 128, opts(false))}) {
+    SCOPED_TRACE(s.name());
+    GpuBwdCase g(s, rng);
+    g.forward();
+    std::uint64_t zero = 0, plain = 0, split = 0;
+    {
+      ScopedEnv off("TESSERA_CUDA_BACKWARD_TAIL_PIECES", "0");
+      TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+      g.backward(false);
+      g.expect_matches_oracle();
+      TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &plain));
+    }
+    ScopedEnv on("TESSERA_CUDA_BACKWARD_TAIL_PIECES", "4");
+    TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    g.backward(false);
+    g.expect_fully_written();
+    g.expect_inputs_untouched();
+    g.expect_matches_oracle();
+    TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &split));
+    EXPECT_GT(split, plain) << "the tail pieces were not planned";
+  }
+}
+
 // Several query heads per CTA: at d64 / d128, 17 KV tiles x 4 KV heads = 68 CTAs, so on a
 // 132-SM device (the H200) the host splits the GQA group of 4 in two and each CTA walks two query
 // heads of 4 (d64: 2) query tiles each; at d256 (KV tiles of 64) 136 CTAs, no split, each walks

@@ -40,6 +40,9 @@ struct BwdArgs {
   std::int64_t total_q = 0, total_k = 0;
   int n_splits = 1;         // CTAs sharing one kv head's query heads
   int heads_per_split = 1;  // group / n_splits
+  // dK/dV as fp32 partials into dk_part / dv_part (at split 0) even with n_splits == 1: the
+  // tail pieces of the sm80 kernel (backward_entry.cu), summed by a post kernel.
+  bool partial_out = false;
   std::int64_t lock_stride = 0;
   float scale = 1.0f;
   float scale_log2 = 1.0f;  // scale * log2(e)

@@ -241,22 +241,101 @@ void launch_sm80_main(const BwdArgs& args, int variant, bool tile_major, cudaStr
   launch_backward_main<T, D>(args, stream);
 }
 
+// The tail pieces (docs/perf/backward_sm80.md, "Tail pieces"). A dense non-causal backward is a
+// grid of equal CTAs, one per (KV tile, kv head, sequence); where their count leaves the last
+// wave partly empty (16k tokens at head_dim 128: 2048 CTAs on 132 SMs, 68 in the last wave), the
+// main grid keeps all but the last `tail_tiles` KV tiles of every (sequence, kv head), and each
+// of those runs as `pieces` CTAs over an equal share of the query rows. The pieces are the same
+// kernel on a view of the arguments (the shares as batch entries, K/V at the tail rows with batch
+// stride 0), launched as a programmatic dependent of the main grid: they take SMs as its CTAs
+// finish. Their dQ goes to the same fp32 accumulator; their dK/dV are fp32 partials summed in
+// fixed order by the post kernel. Exact: P comes from the saved full-row LSE and D, so any
+// rectangle of (query, key) pairs contributes its own terms.
+struct TailPlan {
+  int pieces = 0;           // 0: no tail pieces
+  int main_tiles = 0;       // KV tiles per (sequence, kv head) the main grid keeps
+  std::int64_t tail0 = 0;   // first KV row of the tail
+  std::int64_t tail_rows = 0;
+  std::int64_t share = 0;   // query rows per piece
+};
+
+// The pieces' view of the main arguments for sequence ob (see TailPlan).
+BwdArgs tail_piece_args(const BwdArgs& a, const TailPlan& tp, int ob, int head_dim, std::int64_t elem_bytes,
+                        float* dk_part, float* dv_part) {
+  auto at = [elem_bytes](const void* ptr, std::int64_t elems) {
+    return static_cast<const void*>(static_cast<const char*>(ptr) + elems * elem_bytes);
+  };
+  BwdArgs v = a;
+  v.q = at(a.q, ob * a.q_batch);
+  v.q_batch = tp.share * a.q_row;
+  v.dout = at(a.dout, ob * a.do_batch);
+  v.do_batch = tp.share * a.do_row;
+  v.k = at(a.k, ob * a.k_batch + tp.tail0 * a.k_row);
+  v.k_batch = 0;  // every piece sees the same tail rows
+  v.v = at(a.v, ob * a.v_batch + tp.tail0 * a.v_row);
+  v.v_batch = 0;
+  v.dk = v.dv = nullptr;
+  // Workspace rows: the pieces' rows piece * share + i are sequence ob's rows; total_q stays the
+  // heads' stride of the accumulator, lse2 and D.
+  const std::int64_t row0 = static_cast<std::int64_t>(ob) * a.seq_q;
+  v.dq_accum = a.dq_accum + row0 * head_dim;
+  v.lse2 = a.lse2 + row0;
+  v.dsum = a.dsum + row0;
+  v.locks = nullptr;
+  v.cu_seqlens_q = v.cu_seqlens_k = nullptr;
+  v.batch = tp.pieces;
+  v.seq_q = static_cast<int>(tp.share);
+  v.seq_k = static_cast<int>(tp.tail_rows);
+  v.total_k = tp.pieces * tp.tail_rows;  // the partials' rows: [piece][tail row]
+  v.n_splits = 1;
+  v.heads_per_split = a.group;
+  v.partial_out = true;
+  v.dk_part = dk_part;
+  v.dv_part = dv_part;
+  return v;
+}
+
 template <typename T, int D>
 void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
                const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, int variant, bool tile_major,
-               cudaStream_t stream) {
+               const TailPlan& tp, float* tail_dk, float* tail_dv, cudaStream_t stream) {
+  const bool pieces = D == 128 && tp.pieces > 0;  // the plan makes them only there
   launch_pre<T, D>(pre, stream);
 #if defined(TESSERA_HAS_SM90_KERNELS)
   if (use_sm90) sm90::launch_backward_main(p, args, stream);
-  else launch_sm80_main<T, D>(args, variant, tile_major, stream);
+  else if (!pieces) launch_sm80_main<T, D>(args, variant, tile_major, stream);
 #else
   (void)use_sm90;
-  launch_sm80_main<T, D>(args, variant, tile_major, stream);
+  if (!pieces) launch_sm80_main<T, D>(args, variant, tile_major, stream);
 #endif
+  const std::int64_t part = tp.pieces * tp.tail_rows * args.heads_kv * D;  // floats per sequence
+  if constexpr (D == 128) {
+    if (pieces) {
+      // The main grid on its leading KV tiles, then per sequence the pieces as a programmatic
+      // dependent of the launch before them (each pieces grid waits at its end for that one to
+      // complete, so the post kernels below see every grid's writes).
+      launch_backward_main_d128_tiles<T>(args, tp.main_tiles, false, stream);
+      for (int ob = 0; ob < args.batch; ++ob)
+        launch_backward_main_d128_tiles<T>(
+            tail_piece_args(args, tp, ob, D, sizeof(T), tail_dk + ob * part, tail_dv + ob * part),
+            (static_cast<int>(tp.tail_rows) + 127) / 128, true, stream);
+    }
+  }
   launch_post<T, D>(post_dq, stream);
   if (args.n_splits > 1) {
     launch_post<T, D>(post_dk, stream);
     launch_post<T, D>(post_dv, stream);
+  }
+  // The tail's dK/dV: the pieces' partials [piece][tail row][kv head][D] summed in piece order
+  // into rows tail0.. of each sequence.
+  for (int ob = 0; ob < args.batch && pieces; ++ob) {
+    for (int which = 0; which < 2; ++which) {
+      const StridedPtr& dst = which == 0 ? p.dk : p.dv;
+      PostArgs pa{(which == 0 ? tail_dk : tail_dv) + ob * part,
+                  static_cast<char*>(dst.ptr) + (ob * dst.batch + tp.tail0 * dst.row) * static_cast<std::int64_t>(sizeof(T)),
+                  0, dst.row, dst.head, 1.0f, tp.tail_rows, args.heads_kv, tp.pieces, RowMap{0}};
+      launch_post<T, D>(pa, stream);
+    }
   }
   (void)p;
 }
@@ -264,11 +343,17 @@ void run_typed(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre,
 template <typename T>
 void run_dtype(const BackwardParams& p, const BwdArgs& args, const PreArgs& pre, const PostArgs& post_dq,
                const PostArgs& post_dk, const PostArgs& post_dv, bool use_sm90, int variant, bool tile_major,
-               cudaStream_t stream) {
+               const TailPlan& tp, float* tail_dk, float* tail_dv, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
-    case 128: return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
-    case 256: return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
+    case 64:
+      return run_typed<T, 64>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, tp, tail_dk,
+                              tail_dv, stream);
+    case 128:
+      return run_typed<T, 128>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, tp, tail_dk,
+                               tail_dv, stream);
+    case 256:
+      return run_typed<T, 256>(p, args, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, tp, tail_dk,
+                               tail_dv, stream);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q", "attention_backward: head_dim " + std::to_string(p.head_dim) + " not compiled");
@@ -434,7 +519,44 @@ void attention_backward(const BackwardParams& p) {
   const std::size_t off_lock = off_dsum + align_up(n_row * 4);
   const std::size_t off_dk = off_lock + align_up(n_lock * 4);
   const std::size_t off_dv = off_dk + align_up(n_part * 4);
-  const std::size_t bytes = std::max<std::size_t>(off_dv + align_up(n_part * 4), 256);
+
+  // The tail pieces (TailPlan): dense, non-causal, unwindowed, not deterministic, one CTA per kv
+  // head (no group split), the sm80 kernel's default head_dim 128 layout in its default order,
+  // on compute capability 9.x (the programmatic launch). Automatic where a CTA walks >= 128 query
+  // tiles and the last wave holds at least a quarter of the SMs: 4 pieces of the last
+  // ceil(last wave / (kv heads x sequences)) KV tiles; TESSERA_CUDA_BACKWARD_TAIL_PIECES=0 turns
+  // them off, =k forces k pieces of the last quarter of the KV tiles wherever the structural
+  // conditions hold and k divides seq_q (silently the plain path otherwise: a measurement and
+  // test knob; its workspace grows with k, batch x k x tail rows x kv heads x 1 KB).
+  TailPlan tp;
+  const int forced = dispatch::backward_tail_pieces_override();
+  if (forced != 0 && !use_sm90 && D == 128 && variant == 0 && !tile_major && !ragged && !p.mask.causal &&
+      p.mask.window_left < 0 && p.mask.window_right < 0 && !p.deterministic && splits == 1 && p.batch <= 8 &&
+      p.seq_q > 0 && kv_tiles >= 2) {
+    int major = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
+    const int pieces = forced > 0 ? forced : 4;
+    const std::int64_t per_tile = static_cast<std::int64_t>(p.heads_kv) * p.batch;  // CTAs per KV tile index
+    const std::int64_t last_wave = base_ctas % sms;
+    const std::int64_t q_tiles = (p.seq_q + shape.block_q - 1) / shape.block_q;
+    const bool worth = forced > 0 || (q_tiles >= 128 && last_wave >= sms / 4);
+    const bool sm90_code = p.dtype == DType::bf16 ? backward_main_d128_has_sm90_code<__nv_bfloat16>()
+                                                   : backward_main_d128_has_sm90_code<__half>();
+    if (major == 9 && sm90_code && worth && p.seq_q % pieces == 0) {
+      std::int64_t t = forced > 0 ? std::max<std::int64_t>(1, kv_tiles / 4) : (last_wave + per_tile - 1) / per_tile;
+      t = std::min<std::int64_t>(t, kv_tiles - 1);
+      tp.pieces = pieces;
+      tp.main_tiles = static_cast<int>(kv_tiles - t);
+      tp.tail0 = static_cast<std::int64_t>(tp.main_tiles) * shape.block_kv;
+      tp.tail_rows = p.seq_k - tp.tail0;
+      tp.share = p.seq_q / pieces;
+    }
+  }
+  const std::size_t n_tail =
+      static_cast<std::size_t>(p.batch) * tp.pieces * tp.tail_rows * static_cast<std::size_t>(p.heads_kv) * D;
+  const std::size_t off_tdk = off_dv + align_up(n_part * 4);
+  const std::size_t off_tdv = off_tdk + align_up(n_tail * 4);
+  const std::size_t bytes = std::max<std::size_t>(off_tdv + align_up(n_tail * 4), 256);
 
   // From the per-device pool that keeps its memory across synchronisations (scratch_pool.h): the
   // default pool unmaps freed memory at every synchronisation, so a caller that synchronises
@@ -504,10 +626,14 @@ void attention_backward(const BackwardParams& p) {
     PostArgs post_dk{a.dk_part, p.dk.ptr, p.dk.batch, p.dk.row, p.dk.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
     PostArgs post_dv{a.dv_part, p.dv.ptr, p.dv.batch, p.dv.row, p.dv.head, 1.0f, p.total_k, p.heads_kv, splits, kmap};
 
+    float* tail_dk = reinterpret_cast<float*>(base + off_tdk);
+    float* tail_dv = reinterpret_cast<float*>(base + off_tdv);
     if (p.dtype == DType::bf16)
-      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
+      run_dtype<__nv_bfloat16>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, tp, tail_dk,
+                               tail_dv, stream);
     else
-      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, stream);
+      run_dtype<__half>(p, a, pre, post_dq, post_dk, post_dv, use_sm90, variant, tile_major, tp, tail_dk, tail_dv,
+                        stream);
   } catch (...) {
     (void)cudaFreeAsync(ws, stream);
     throw;

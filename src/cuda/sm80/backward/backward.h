@@ -52,4 +52,16 @@ template <typename T, int kHeadDim, int kVariant = 0>
 void launch_backward_main_tile_major(const BwdArgs& args, void* stream);
 constexpr bool has_tile_major_order(int head_dim, int variant) { return head_dim == 128 && variant == 0; }
 
+// The tail pieces of a dense non-causal backward (backward_entry.cu, docs/perf/backward_sm80.md
+// "Tail pieces"), head_dim 128, default layout: the main kernel on its first `kv_tiles` KV tiles
+// of every (sequence, kv head), or, with `programmatic`, a launch (a pieces view of the
+// arguments) as a programmatic dependent of the launch before it on `stream`. In
+// instance_hdim128.cu.
+template <typename T>
+void launch_backward_main_d128_tiles(const BwdArgs& args, int kv_tiles, bool programmatic, void* stream);
+// Whether that kernel was built with sm_90 code (its griddepcontrol instructions): a build for
+// compute capability 8.x only runs JIT-compiled PTX on a 9.x device, without them.
+template <typename T>
+bool backward_main_d128_has_sm90_code();
+
 }  // namespace tessera::cuda::sm80

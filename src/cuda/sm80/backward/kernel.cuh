@@ -23,6 +23,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -224,6 +225,12 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const float* sDel = reinterpret_cast<const float*>(smem + L::kOffDel);
 
   if ((s_base & 127u) != 0) __trap();  // the swizzle arithmetic needs 128-byte aligned tiles
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The backward's tail pieces (backward_entry.cu) are launched as this grid's programmatic
+  // dependents: once every CTA here has started, theirs may take the SMs this grid's CTAs
+  // leave. A no-op for a launch without dependents.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int kvg = warp % L::kWarpsKV, qg = warp / L::kWarpsKV;
@@ -694,7 +701,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
 
   // ---- epilogue: dK (times scale) and dV, rows < k_len ----
   const int jr = kv0 + kv_row_w + g;
-  if (p.n_splits == 1) {
+  if (p.n_splits == 1 && !p.partial_out) {
     T* dk_out = static_cast<T*>(p.dk);
     T* dv_out = static_cast<T*>(p.dv);
 #pragma unroll
@@ -731,15 +738,42 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       }
     }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A tail-pieces grid must not complete before the grid it depends on (the post kernels after
+  // it read both grids' dQ reductions and dK/dV): every thread waits here, after its last
+  // store, for that grid's completion and memory flush. So a piece that finishes while the main
+  // grid still runs holds its SM until then (one CTA per SM): during the main grid's last wave
+  // each free SM runs one piece, not several. Waiting in the last CTA only would avoid that, but
+  // any test of the CTA index here costs the bf16 instance 12 B of spill at 255 registers
+  // (ptxas 13.0, sm_90). At 16k the wave arithmetic is the same either way (docs/perf/
+  // backward_sm80.md, "Tail pieces"). A plain launch has no prerequisite in flight: returns at once.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether `kernel` runs sm_90 code on this device (binary and PTX version >= 9.0): a build without
+// 90 runs JIT-compiled 8.x PTX there, which has no griddepcontrol.
+template <typename Kernel>
+bool has_sm90_code(Kernel kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return std::min(attr.binaryVersion, attr.ptxVersion) >= 90;
 }
 
 // kTileMajor: grid (heads_kv * n_splits, kv tiles, batch) instead of (kv tiles, heads_kv *
 // n_splits, batch), the same CTAs in the tile-major order (cta_work.cuh); the caller keeps kv
 // tiles <= 65535 (a grid's y bound).
+// kv_tiles_limit >= 0: only the first that many KV tiles of each (sequence, kv head) (the tail
+// pieces take the rest); programmatic: launched as a programmatic dependent of the launch before
+// it on the stream (compute capability 9.0; the tail pieces).
 template <typename T, int D, int V = 0, bool kTileMajor = false>
-void launch_main(const BwdArgs& args, void* stream) {
+void launch_main(const BwdArgs& args, void* stream, int kv_tiles_limit = -1, bool programmatic = false) {
   using L = Layout<D, V>;
-  const int kv_tiles = (args.seq_k + L::Bc - 1) / L::Bc;
+  int kv_tiles = (args.seq_k + L::Bc - 1) / L::Bc;
+  if (kv_tiles_limit >= 0) kv_tiles = std::min(kv_tiles, kv_tiles_limit);
   if (kv_tiles == 0 || args.batch == 0 || args.heads_kv == 0) return;
   auto kernel = backward_main_kernel<T, D, V, kTileMajor>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
@@ -750,6 +784,20 @@ void launch_main(const BwdArgs& args, void* stream) {
   }
   const dim3 grid = kTileMajor ? dim3(args.heads_kv * args.n_splits, kv_tiles, args.batch)
                                : dim3(kv_tiles, args.heads_kv * args.n_splits, args.batch);
+  if (programmatic) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(L::kThreads);
+    cfg.dynamicSmemBytes = L::kSmem;
+    cfg.stream = static_cast<cudaStream_t>(stream);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args));
+    return;
+  }
   kernel<<<grid, L::kThreads, L::kSmem, static_cast<cudaStream_t>(stream)>>>(args);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
