@@ -15,7 +15,7 @@
 //   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB;
 //                 masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
-//   fp8 d128: 128 x 128 tiles, 4 stages of K, V and V^T: Q 2 x 16 + 4 x 48 = 224 KB
+//   fp8 d128: 192 x 128 tiles (3 consumer warpgroups), 3 stages of K, V and V^T: Q 2 x 24 + 3 x 48 = 192 KB
 //   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: Q 32 + 2 x 96 = 224 KB
 // (Q 2 x: two Q buffers, where they fit; see kQBuffers.)
 // Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
@@ -28,10 +28,14 @@ namespace tessera::cuda::sm90 {
 
 // Consumer warpgroups (64 query rows each) per head dim: three at head_dim 64 (192-row Q
 // tiles, as FlashAttention-3 does there: with two, ncu showed neither the tensor pipe nor the
-// exp2 unit above ~50 % busy, their phases not overlapping enough), two elsewhere.
+// exp2 unit above ~50 % busy, their phases not overlapping enough) and for fp8 at head_dim 128
+// (the same count: a 128-key tile is as much exp2 as tensor time there, and two warpgroups'
+// pingpong left both at ~40 %), two elsewhere.
 // Exception: masked head_dim 64 problems over short sequences take two (128-row tiles), see
 // short_masked_two_warpgroups.
-constexpr int consumer_warpgroups_for(int head_dim, bool fp8 = false) { return head_dim == 64 && !fp8 ? 3 : 2; }
+constexpr int consumer_warpgroups_for(int head_dim, bool fp8 = false) {
+  return (head_dim == 64 && !fp8) || (head_dim == 128 && fp8) ? 3 : 2;
+}
 constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer_warpgroups_for(head_dim, fp8); }
 
 // Masked (causal, window) head_dim 64 problems whose sequences average at most this many keys
@@ -70,21 +74,23 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN % 16 == 0, "whole k16 steps of the P V product");
   static_assert(!kFp8 || kBlockN == 128, "fp8: the transposed V tile is one 128-byte row per head-dim column");
-  // FP8 d128 has the room for 4 (the V^T ring then also runs 4 tiles ahead of P V).
-  static constexpr int kStages = kHeadDim == 64 || (kFp8 && kHeadDim == 128) ? 4 : 2;
+  // FP8 d128 (192-row Q tiles) has the room for 3 (the V^T ring then also runs 3 tiles ahead).
+  static constexpr int kStages = kHeadDim == 64 ? 4 : kFp8 && kHeadDim == 128 ? 3 : 2;
   // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM; three
   // consumer warpgroups (head_dim 64): 128 x 24 + 384 x 160 = 64,512. FP8: the producer
-  // warpgroup also transposes V (3 warps): 128 x 56 + 256 x 224 at head_dim 128, 128 x 40 +
-  // 256 x 232 at 256 (its consumers hold 128 accumulators of O), both 64,512.
-  static constexpr int kProducerRegs = kFp8 ? (kHeadDim == 128 ? 56 : 40) : 24;
+  // warpgroup also transposes V (3 warps): 128 x 32 + 384 x 160 = 65,536 at head_dim 128 (three
+  // consumer warpgroups), 128 x 40 + 256 x 232 = 64,512 at 256 (its consumers hold 128
+  // accumulators of O).
+  static constexpr int kProducerRegs = kFp8 ? (kHeadDim == 128 ? 32 : 40) : 24;
   static constexpr int kConsumerRegs =
-      kFp8 ? (kHeadDim == 128 ? 224 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
+      kFp8 ? (kHeadDim == 128 ? 160 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
   static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
-  // FP8 head_dim 256: O (128) + S (64) + P (16) registers in flight at once exceed what ptxas
-  // can keep for asynchronous wgmma at 232 registers (it serialized every wgmma: C7512), so
-  // that instance completes P V before it issues the next Q K^T.
-  static constexpr bool kSerialGemms = kFp8 && kHeadDim == 256;
+  // FP8: O + S (64) + P (16) registers in flight at once exceed what ptxas can keep for
+  // asynchronous wgmma (O 128 at head_dim 256 in 232 registers; O 64 at 128 in three
+  // warpgroups' 160: it serialized every wgmma, C7512, and spilled 144 B), so the FP8 instances
+  // complete P V before they issue the next Q K^T.
+  static constexpr bool kSerialGemms = kFp8;
 
   static constexpr int kPanels = kHeadDim * kElemBytes / 128;  // 128-byte column panels
   static constexpr int kPanelCols = 128 / kElemBytes;          // elements per panel row
