@@ -9,12 +9,16 @@ tokens per batch 16384, heads 2048 / head_dim.
 Under ncu, --launch-skip 1 skips the warm-up call.
 """
 import argparse
+import os
+import shlex
+import sys
+
 import torch
 
 import tessera
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--op", choices=["forward", "backward"], default="forward")
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp8"], default="bf16")
@@ -24,7 +28,12 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--ragged", type=int, default=None, metavar="SEQUENCES",
                     help="forward over 16384 packed tokens split into this many random lengths")
-    a = ap.parse_args()
+    ap.add_argument("--serve", action="store_true",
+                    help="read cases from stdin, one per line (optionally led by NAME=value environment "
+                         "settings), and print one result line each: a warm process for scripts/gpu-ab")
+    a = ap.parse_args(argv)
+    if a.serve:
+        return serve()
     if a.ragged is not None and not 1 <= a.ragged <= 16384:
         ap.error(f"--ragged: the number of sequences must be between 1 and 16384 (the packed tokens), got {a.ragged}")
     if a.ragged is not None and a.dtype == "fp8":
@@ -72,7 +81,35 @@ def main():
         times.append(start.elapsed_time(end))
     ms = sorted(times)[len(times) // 2]
     print(f"{a.op} {a.dtype} d{a.d} seq{a.seq} causal={int(a.causal)}: median {ms:.3f} ms of {a.iters} "
-          f"({flops / ms / 1e9:.0f} TFLOP/s)")
+          f"({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
+
+
+def serve():
+    """One case per input line, as the command line would take it, led by any NAME=value
+    settings (set for that case only: the library reads its TESSERA_* variables at every call).
+    Every case prints exactly one line: its result, or "error: ..." (a bad case does not end the
+    process)."""
+    for line in sys.stdin:
+        words = shlex.split(line)
+        if not words:
+            continue
+        envs = []
+        while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+            envs.append(words.pop(0).split("=", 1))
+        saved = {k: os.environ.get(k) for k, _ in envs}
+        os.environ.update(dict(envs))
+        try:
+            main(words)
+        except SystemExit as e:  # argparse's errors
+            print(f"error: bad case arguments (exit {e.code})", flush=True)
+        except Exception as e:  # a case that fails must not take the others with it
+            print(f"error: {type(e).__name__}: {e}", flush=True)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The timed cases of scripts/gpu-ab: each case in rounds 1 and 2, and in each round in every tree
+in turn (A, B, C, .. per case), through one warm `bench/profile_case.py --serve` process per tree,
+so that no case pays for starting Python and torch (~5 s each, most of a case's time). Prints the
+Markdown table gpu-ab writes to ab.txt: per case each tree's medians "round 1 / round 2" and each
+tree's mean over A's.
+
+  scripts/ab_cases.py --timeout SECONDS TREE_A TREE_B [TREE...] -- "CASE" ["CASE" ...]
+
+A CASE is profile_case.py's arguments, optionally led by NAME=value environment settings. A case
+that fails or outruns the timeout reads "?" (the tree's process is then restarted for the next
+case)."""
+import argparse
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+
+LABELS = "ABCDEFGH"
+
+
+class Server:
+    """profile_case.py --serve in one tree (its build-ab/python on PYTHONPATH). A thread moves its
+    output lines into a queue, so that waiting for a result can time out."""
+
+    def __init__(self, tree):
+        self.tree = tree
+        self.proc = None
+        self.lines = None
+
+    def start(self):
+        env = dict(os.environ, PYTHONPATH=os.path.join(self.tree, "build-ab", "python"))
+        self.proc = subprocess.Popen([sys.executable, "bench/profile_case.py", "--serve"], cwd=self.tree, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.lines = queue.Queue()
+
+        def pump(out=self.proc.stdout, lines=self.lines):
+            for line in out:
+                lines.put(line)
+            lines.put(None)  # the process ended
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def run(self, case, timeout):
+        """The case's median in ms, or None (error, exit or timeout)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        try:
+            self.proc.stdin.write(case + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self.stop()
+            return None
+        # The first call of a process also imports torch and tessera: inside the same timeout.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.stop()  # a hung case must not hold the others
+                return None
+            if line is None:
+                self.stop()
+                return None
+            if "median" in line or line.startswith("error"):
+                break
+        m = re.search(r"median ([0-9.]+) ms", line)
+        return float(m.group(1)) if m else None
+
+
+def table(cases, trees, timeout):
+    servers = [Server(t) for t in trees]
+    n = len(trees)
+    head = "| case |" + "".join(f" {LABELS[i]} ms |" for i in range(n)) + "".join(
+        f" {LABELS[i]} / A |" for i in range(1, n))
+    print(head)
+    print("|---|" + "---|" * (2 * n - 1))
+    try:
+        for case in cases:
+            times = [[None, None] for _ in range(n)]
+            for rnd in range(2):
+                for i, srv in enumerate(servers):
+                    times[i][rnd] = srv.run(case, timeout)
+
+            def mean(i):
+                v = times[i]
+                return (v[0] + v[1]) / 2 if None not in v else None
+
+            cells = [" / ".join("?" if x is None else f"{x:.3f}" for x in times[i]) for i in range(n)]
+            ratios = [f"{mean(i) / mean(0):.3f}" if mean(i) and mean(0) else "n/a" for i in range(1, n)]
+            print("| " + case + " | " + " | ".join(cells + ratios) + " |", flush=True)
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case and tree (default 60)")
+    ap.add_argument("trees", nargs="+", help="source trees with build-ab/python, then -- and the cases")
+    argv = sys.argv[1:]
+    if "--" not in argv:
+        ap.error("expected the trees, then --, then the cases")
+    k = argv.index("--")
+    a = ap.parse_args(argv[:k])
+    cases = argv[k + 1:]
+    if len(a.trees) < 2 or len(a.trees) > len(LABELS):
+        ap.error(f"trees: 2 to {len(LABELS)} expected, got {len(a.trees)}")
+    if not cases:
+        ap.error("cases: at least one expected after --")
+    if a.timeout <= 0:
+        ap.error(f"--timeout: a positive number of seconds expected, got {a.timeout}")
+    table(cases, [os.path.abspath(t) for t in a.trees], a.timeout)
+
+
+if __name__ == "__main__":
+    main()
