@@ -22,18 +22,24 @@ import time
 LABELS = "ABCDEFGH"
 
 
-class Server:
-    """profile_case.py --serve in one tree (its build-ab/python on PYTHONPATH). A thread moves its
-    output lines into a queue, so that waiting for a result can time out."""
+# The harness is this checkout's bench/profile_case.py for every tree (trees cut from older
+# revisions may lack --serve); only the module under test comes from the tree.
+HARNESS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "profile_case.py")
 
-    def __init__(self, tree):
+
+class Server:
+    """profile_case.py --serve for one tree (its build-ab/python on PYTHONPATH). A thread moves
+    its output lines into a queue, so that waiting for a result can time out."""
+
+    def __init__(self, tree, harness=HARNESS):
         self.tree = tree
+        self.harness = harness
         self.proc = None
         self.lines = None
 
     def start(self):
         env = dict(os.environ, PYTHONPATH=os.path.join(self.tree, "build-ab", "python"))
-        self.proc = subprocess.Popen([sys.executable, "bench/profile_case.py", "--serve"], cwd=self.tree, env=env,
+        self.proc = subprocess.Popen([sys.executable, self.harness, "--serve"], cwd=self.tree, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.lines = queue.Queue()
 
@@ -77,8 +83,8 @@ class Server:
         return float(m.group(1)) if m else None
 
 
-def table(cases, trees, timeout):
-    servers = [Server(t) for t in trees]
+def table(cases, trees, timeout, harness=HARNESS):
+    servers = [Server(t, harness) for t in trees]
     n = len(trees)
     head = "| case |" + "".join(f" {LABELS[i]} ms |" for i in range(n)) + "".join(
         f" {LABELS[i]} / A |" for i in range(1, n))
@@ -106,6 +112,7 @@ def table(cases, trees, timeout):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case and tree (default 60)")
+    ap.add_argument("--harness", default=HARNESS, help="the profile_case.py to serve (default: this checkout's)")
     ap.add_argument("trees", nargs="+", help="source trees with build-ab/python, then -- and the cases")
     argv = sys.argv[1:]
     if "--" not in argv:
@@ -119,7 +126,7 @@ def main():
         ap.error("cases: at least one expected after --")
     if a.timeout <= 0:
         ap.error(f"--timeout: a positive number of seconds expected, got {a.timeout}")
-    table(cases, [os.path.abspath(t) for t in a.trees], a.timeout)
+    table(cases, [os.path.abspath(t) for t in a.trees], a.timeout, os.path.abspath(a.harness))
 
 
 if __name__ == "__main__":

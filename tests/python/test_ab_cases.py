@@ -1,5 +1,6 @@
-"""scripts/ab_cases.py (gpu-ab's timed cases through one warm process per tree), run against fake
-trees whose bench/profile_case.py --serve answers from its arguments: the table's cells, ratios,
+"""scripts/ab_cases.py (gpu-ab's timed cases through one warm process per tree), run with a fake
+harness (--harness) that answers from its arguments and its tree (the working directory): the
+table's cells, ratios,
 environment settings per case, and a case that fails or hangs reading "?" without stopping the
 others."""
 import os
@@ -11,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 FAKE = textwrap.dedent('''
     import os, shlex, sys, time
-    SCALE = float(open(os.path.join(os.path.dirname(__file__), "scale")).read())
+    SCALE = float(open("scale").read())  # the tree is the working directory
     for line in sys.stdin:
         words = shlex.split(line)
         env = dict(w.split("=", 1) for w in words if "=" in w)
@@ -29,15 +30,16 @@ FAKE = textwrap.dedent('''
 
 def make_tree(tmp_path, name, scale):
     tree = tmp_path / name
-    (tree / "bench").mkdir(parents=True)
-    (tree / "bench" / "profile_case.py").write_text(FAKE)
-    (tree / "bench" / "scale").write_text(str(scale))
+    tree.mkdir()
+    (tree / "scale").write_text(str(scale))
+    (tmp_path / "fake_profile_case.py").write_text(FAKE)
     return str(tree)
 
 
 def run(trees, cases, timeout=5):
+    harness = os.path.join(os.path.dirname(trees[0]), "fake_profile_case.py")
     return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--timeout", str(timeout),
-                           *trees, "--", *cases], capture_output=True, text=True, timeout=120)
+                           "--harness", harness, *trees, "--", *cases], capture_output=True, text=True, timeout=120)
 
 
 def test_table_rows(tmp_path):
