@@ -103,7 +103,8 @@ def serve():
         except SystemExit as e:  # argparse's errors
             print(f"error: bad case arguments (exit {e.code})", flush=True)
         except Exception as e:  # a case that fails must not take the others with it
-            print(f"error: {type(e).__name__}: {e}", flush=True)
+            msg = " ".join(str(e).split())  # one line: the reader takes one line per case
+            print(f"error: {type(e).__name__}: {msg}", flush=True)
         finally:
             for k, v in saved.items():
                 if v is None:
