@@ -90,8 +90,14 @@ def serve():
     Every case prints exactly one line: its result, or "error: ..." (a bad case does not end the
     process)."""
     for line in sys.stdin:
-        words = shlex.split(line)
-        if not words:
+        try:
+            words = shlex.split(line)
+            if not words:
+                raise ValueError("empty case")
+            if "--serve" in words:
+                raise ValueError("--serve inside a served case")
+        except ValueError as e:  # the line itself (empty, unbalanced quotes)
+            print(f"error: bad case arguments ({' '.join(str(e).split())})", flush=True)
             continue
         envs = []
         while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():

@@ -53,11 +53,17 @@ class Server:
     def stop(self):
         if self.proc is not None:
             self.proc.kill()
-            self.proc.wait()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass  # left to the OS: the next start() makes a new process and queue
             self.proc = None
 
-    def run(self, case, timeout):
-        """The case's median in ms, or None (error, exit or timeout)."""
+    def run(self, case, timeout, fresh=False):
+        """The case's median in ms, or None (error, exit or timeout). fresh: in a new process
+        (settings a warm process has already read once, e.g. CUDA_* or PYTORCH_*)."""
+        if fresh:
+            self.stop()
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         try:
@@ -80,7 +86,24 @@ class Server:
             if "median" in line or line.startswith("error"):
                 break
         m = re.search(r"median ([0-9.]+) ms", line)
+        # A failed case may have left the process's CUDA context broken (an illegal address is
+        # sticky): the tree's next case gets a new process, as the old one-process-per-case loop
+        # gave every case. Bad arguments break nothing.
+        if (m is None and not line.startswith("error: bad case arguments")) or fresh:
+            self.stop()
         return float(m.group(1)) if m else None
+
+
+def needs_fresh_process(case):
+    """Whether a case sets anything but TESSERA_* variables (read at each call by the library):
+    torch's and CUDA's are read once per process."""
+    settings = []
+    for w in case.split():
+        name = w.split("=", 1)[0]
+        if "=" not in w or not name.isidentifier():
+            break
+        settings.append(name)
+    return any(not n.startswith("TESSERA_") for n in settings)
 
 
 def table(cases, trees, timeout, harness=HARNESS):
@@ -93,9 +116,10 @@ def table(cases, trees, timeout, harness=HARNESS):
     try:
         for case in cases:
             times = [[None, None] for _ in range(n)]
+            fresh = needs_fresh_process(case)
             for rnd in range(2):
                 for i, srv in enumerate(servers):
-                    times[i][rnd] = srv.run(case, timeout)
+                    times[i][rnd] = srv.run(case, timeout, fresh)
 
             def mean(i):
                 v = times[i]
@@ -124,6 +148,9 @@ def main():
         ap.error(f"trees: 2 to {len(LABELS)} expected, got {len(a.trees)}")
     if not cases:
         ap.error("cases: at least one expected after --")
+    for c in cases:
+        if not c.strip() or "\n" in c or "\r" in c or "--serve" in c.split():
+            ap.error(f"cases: each one line of profile_case.py arguments (not empty, no --serve), got {c!r}")
     if a.timeout <= 0:
         ap.error(f"--timeout: a positive number of seconds expected, got {a.timeout}")
     table(cases, [os.path.abspath(t) for t in a.trees], a.timeout, os.path.abspath(a.harness))

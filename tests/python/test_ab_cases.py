@@ -64,3 +64,102 @@ def test_bad_arguments(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), a, a], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "expected the trees, then --" in r.stderr
+
+
+TORCH_STUB = textwrap.dedent('''
+    """A stand-in for torch with just what bench/profile_case.py's dense cases touch: events that
+    report TESSERA_STUB_MS times this tree's scale, and a log of which tree served each case."""
+    import os
+    import types
+
+    _TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    _SCALE = float(open(os.path.join(_TREE, "scale")).read())
+    bfloat16, float16, float8_e4m3fn, int32 = "bf16", "f16", "e4m3", "i32"
+
+
+    class Generator:
+        def __init__(self, device=None):
+            with open(os.environ["STUB_LOG"], "a") as f:  # once per case
+                f.write(os.path.basename(_TREE) + "\\n")
+
+        def manual_seed(self, seed):
+            return self
+
+
+    class _T:
+        def to(self, *args, **kwargs):
+            return self
+
+
+    def randn(*args, **kwargs):
+        return _T()
+
+
+    def randn_like(x):
+        return _T()
+
+
+    class _Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return float(os.environ.get("TESSERA_STUB_MS", "1")) * _SCALE
+
+
+    cuda = types.SimpleNamespace(Event=_Event)
+''')
+
+TESSERA_STUB = textwrap.dedent('''
+    import os
+
+
+    def attention(q, k, v, causal=False, return_lse=False):
+        if os.environ.get("STUB_FAIL") == "1":
+            raise RuntimeError("stub failure\\nover two lines")
+        return (q, q) if return_lse else q
+
+
+    def attention_fp8(q, k, v, causal=False):
+        return q
+''')
+
+
+def make_stub_tree(tmp_path, name, scale):
+    tree = tmp_path / name
+    for pkg, text in (("torch", TORCH_STUB), ("tessera", TESSERA_STUB)):
+        (tree / "build-ab" / "python" / pkg).mkdir(parents=True)
+        (tree / "build-ab" / "python" / pkg / "__init__.py").write_text(text)
+    (tree / "scale").write_text(str(scale))
+    return str(tree)
+
+
+def test_real_harness_with_stub_modules(tmp_path):
+    """bench/profile_case.py --serve itself (stub torch and tessera in each tree's build-ab/python):
+    per-case settings and their undoing, failures, bad lines and argparse errors as one "?" each,
+    recovery after them, and the order A, B per case and round."""
+    a, b = make_stub_tree(tmp_path, "A", 1.0), make_stub_tree(tmp_path, "B", 0.5)
+    log = tmp_path / "calls.log"
+    env = dict(os.environ, STUB_LOG=str(log))
+    cases = ["--d 128", "TESSERA_STUB_MS=4 --d 64", "--d 128", "STUB_FAIL=1 --d 128", "--d 128 --causal \"x",
+             "--dtype fp9", "--d 256"]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--timeout", "60", a, b, "--",
+                        *cases], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.strip().splitlines()[2:]
+    assert rows[0] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 |"
+    assert rows[1] == "| TESSERA_STUB_MS=4 --d 64 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 |"
+    assert rows[2] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 |"  # the setting was undone
+    assert rows[3] == "| STUB_FAIL=1 --d 128 | ? / ? | ? / ? | n/a |"
+    assert rows[4].endswith("| ? / ? | ? / ? | n/a |")  # unbalanced quote
+    assert rows[5] == "| --dtype fp9 | ? / ? | ? / ? | n/a |"
+    assert rows[6] == "| --d 256 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 |"
+    # Cases that reached torch: every tree in turn, round after round.
+    served = log.read_text().split()
+    assert served == ["A", "B", "A", "B"] * 4 + ["A", "B", "A", "B"], served
