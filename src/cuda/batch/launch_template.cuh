@@ -11,6 +11,7 @@
 #include "cuda/batch/attention_kernel.cuh"
 #include "cuda/batch/batch_args.h"
 #include "cuda/common/check.h"
+#include "cuda/common/launch.cuh"
 
 namespace tessera::cuda::batch {
 
@@ -47,22 +48,8 @@ void launch_attention(const BatchArgs& args, long long max_units, int num_sms, v
   }
   if (options.ctas_per_sm > 0) per_sm = std::min(per_sm, options.ctas_per_sm);
   const long long grid = std::min<long long>(max_units, static_cast<long long>(num_sms) * per_sm);
-  if (options.programmatic && version >= 90) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmem;
-    cfg.stream = static_cast<cudaStream_t>(stream);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args));
-    return;
-  }
-  kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(args);
-  TESSERA_CUDA_CHECK_LAUNCH();
+  launch_on_stream(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, stream,
+                   options.programmatic && version >= 90, args);
 }
 
 }  // namespace tessera::cuda::batch

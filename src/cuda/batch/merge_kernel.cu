@@ -49,6 +49,7 @@
 
 #include "cuda/batch/batch_args.h"
 #include "cuda/common/check.h"
+#include "cuda/common/launch.cuh"
 #include "cuda/common/types.cuh"
 #include "math/lse_merge.h"
 
@@ -282,18 +283,7 @@ int merge_binary_version() {
 
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, long long blocks, int threads, bool programmatic, void* stream, const Args&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(threads);
-  cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic) {
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  launch_on_stream(kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream, programmatic, args...);
 }
 
 }  // namespace

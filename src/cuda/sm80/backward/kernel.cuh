@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.h"
+#include "cuda/common/launch.cuh"
 #include "cuda/common/fast_math.cuh"
 #include "cuda/common/recompute_p.cuh"
 #include "cuda/common/types.cuh"
@@ -784,22 +785,7 @@ void launch_main(const BwdArgs& args, void* stream, int kv_tiles_limit = -1, boo
   }
   const dim3 grid = kTileMajor ? dim3(args.heads_kv * args.n_splits, kv_tiles, args.batch)
                                : dim3(kv_tiles, args.heads_kv * args.n_splits, args.batch);
-  if (programmatic) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(L::kThreads);
-    cfg.dynamicSmemBytes = L::kSmem;
-    cfg.stream = static_cast<cudaStream_t>(stream);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    TESSERA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args));
-    return;
-  }
-  kernel<<<grid, L::kThreads, L::kSmem, static_cast<cudaStream_t>(stream)>>>(args);
-  TESSERA_CUDA_CHECK_LAUNCH();
+  launch_on_stream(kernel, grid, dim3(L::kThreads), L::kSmem, stream, programmatic, args);
 }
 
 }  // namespace tessera::cuda::sm80::bwd
