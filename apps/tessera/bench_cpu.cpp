@@ -329,8 +329,7 @@ void run_mixed(const Context& ctx, const Emit& emit) {
 // planned for an H200-sized device (132 SMs) into a host workspace: the planner's host time
 // without the copy to the device.
 void run_plan_h200_cases(const Context& ctx, const Emit& emit) {
-  struct C { const char* name; int prefill; };
-  for (const C& c : {C{"plan 256 dec", 0}, C{"plan 8 chunks+248 dec", 8}}) {
+  for (const PlanBenchCase& c : kPlanBenchCases) {
     const int n = 256;
     const PlanBenchBatch batch = plan_bench_batch(c.prefill);
     const std::vector<std::int32_t>& q_lens = batch.q_lens;

@@ -406,9 +406,7 @@ void mixed_sustained(const Context& ctx, const Emit& emit) {
 // copy to the workspace (cudaMemcpyAsync on the default stream). The stream is drained after
 // each call, outside the timed span, so copies never queue up.
 void run_plan_time(const Context& ctx, const Emit& emit) {
-  struct C { const char* name; int prefill; };
-  const std::vector<C> cases = {{"plan 256 dec", 0}, {"plan 8 chunks+248 dec", 8}};
-  for (const C& c : cases) {
+  for (const PlanBenchCase& c : kPlanBenchCases) {
     const int n = 256;
     const PlanBenchBatch batch = plan_bench_batch(c.prefill);
     const std::vector<std::int32_t>& q_lens = batch.q_lens;

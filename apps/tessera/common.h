@@ -109,6 +109,13 @@ struct PlanBenchBatch {
   int kv_max = 0;
 };
 PlanBenchBatch plan_bench_batch(int prefill);
+// Its two cases (the rows of cpu.plan and cuda.plan): 256 decode tokens; 8 prefill chunks then
+// 248 decode tokens.
+struct PlanBenchCase {
+  const char* name;
+  int prefill;
+};
+inline constexpr PlanBenchCase kPlanBenchCases[] = {{"plan 256 dec", 0}, {"plan 8 chunks+248 dec", 8}};
 
 inline double now_seconds() {
   using clock = std::chrono::steady_clock;
