@@ -15,6 +15,7 @@
 
 #include "cuda/common/device_limits.h"
 #include "cuda/common/check.h"
+#include "cuda/backward/tail_plan.h"
 #include "cuda/common/scratch_pool.h"
 #include "cuda/common/types.cuh"
 #include "cuda/cuda_backend.h"
@@ -250,14 +251,8 @@ void launch_sm80_main(const BwdArgs& args, int variant, bool tile_major, cudaStr
 // stride 0), launched as a programmatic dependent of the main grid: they take SMs as its CTAs
 // finish. Their dQ goes to the same fp32 accumulator; their dK/dV are fp32 partials summed in
 // fixed order by the post kernel. Exact: P comes from the saved full-row LSE and D, so any
-// rectangle of (query, key) pairs contributes its own terms.
-struct TailPlan {
-  int pieces = 0;           // 0: no tail pieces
-  int main_tiles = 0;       // KV tiles per (sequence, kv head) the main grid keeps
-  std::int64_t tail0 = 0;   // first KV row of the tail
-  std::int64_t tail_rows = 0;
-  std::int64_t share = 0;   // query rows per piece
-};
+// rectangle of (query, key) pairs contributes its own terms. The plan: tail_plan.h.
+using backward::TailPlan;
 
 // The pieces' view of the main arguments for sequence ob (see TailPlan).
 BwdArgs tail_piece_args(const BwdArgs& a, const TailPlan& tp, int ob, int head_dim, std::int64_t elem_bytes,
@@ -528,30 +523,25 @@ void attention_backward(const BackwardParams& p) {
   // them off, =k forces k pieces of the last quarter of the KV tiles wherever the structural
   // conditions hold and k divides seq_q (silently the plain path otherwise: a measurement and
   // test knob; its workspace grows with k, batch x k x tail rows x kv heads x 1 KB).
-  TailPlan tp;
-  const int forced = dispatch::backward_tail_pieces_override();
-  if (forced != 0 && !use_sm90 && D == 128 && variant == 0 && !tile_major && !ragged && !p.mask.causal &&
-      p.mask.window_left < 0 && p.mask.window_right < 0 && !p.deterministic && splits == 1 && p.batch <= 8 &&
-      p.seq_q > 0 && kv_tiles >= 2) {
+  backward::TailInputs ti;
+  ti.forced = dispatch::backward_tail_pieces_override();
+  ti.eligible = !use_sm90 && D == 128 && variant == 0 && !tile_major && !ragged && !p.mask.causal &&
+                p.mask.window_left < 0 && p.mask.window_right < 0 && !p.deterministic && splits == 1 && p.batch <= 8;
+  if (ti.forced != 0 && ti.eligible) {
     int major = 0;
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
-    const int pieces = forced > 0 ? forced : 4;
-    const std::int64_t per_tile = static_cast<std::int64_t>(p.heads_kv) * p.batch;  // CTAs per KV tile index
-    const std::int64_t last_wave = base_ctas % sms;
-    const std::int64_t q_tiles = (p.seq_q + shape.block_q - 1) / shape.block_q;
-    const bool worth = forced > 0 || (q_tiles >= 128 && last_wave >= sms / 4);
     const bool sm90_code = p.dtype == DType::bf16 ? backward_main_d128_has_sm90_code<__nv_bfloat16>()
                                                    : backward_main_d128_has_sm90_code<__half>();
-    if (major == 9 && sm90_code && worth && p.seq_q % pieces == 0) {
-      std::int64_t t = forced > 0 ? std::max<std::int64_t>(1, kv_tiles / 4) : (last_wave + per_tile - 1) / per_tile;
-      t = std::min<std::int64_t>(t, kv_tiles - 1);
-      tp.pieces = pieces;
-      tp.main_tiles = static_cast<int>(kv_tiles - t);
-      tp.tail0 = static_cast<std::int64_t>(tp.main_tiles) * shape.block_kv;
-      tp.tail_rows = p.seq_k - tp.tail0;
-      tp.share = p.seq_q / pieces;
-    }
+    ti.device_ok = major == 9 && sm90_code;
   }
+  ti.seq_q = p.seq_q;
+  ti.seq_k = p.seq_k;
+  ti.block_q = shape.block_q;
+  ti.block_kv = shape.block_kv;
+  ti.heads_kv = p.heads_kv;
+  ti.batch = p.batch;
+  ti.sms = sms;
+  const TailPlan tp = backward::plan_tail_pieces(ti);
   const std::size_t n_tail =
       static_cast<std::size_t>(p.batch) * tp.pieces * tp.tail_rows * static_cast<std::size_t>(p.heads_kv) * D;
   const std::size_t off_tdk = off_dv + align_up(n_part * 4);

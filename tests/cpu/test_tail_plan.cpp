@@ -1,0 +1,75 @@
+// The portable backward's tail-piece plan (src/cuda/backward/tail_plan.h): which KV tiles of a
+// dense non-causal problem leave the main grid, at the bench's shape and at the edges.
+#include <gtest/gtest.h>
+
+#include "cuda/backward/tail_plan.h"
+
+namespace tessera {
+namespace {
+
+using cuda::backward::plan_tail_pieces;
+using cuda::backward::TailInputs;
+
+// 16k tokens, 16 heads, head_dim 128 on an H200: 128 KV tiles x 16 heads = 2048 CTAs, 15 full
+// waves of 132 and 68 in the last.
+TailInputs bench_16k() {
+  TailInputs in;
+  in.eligible = in.device_ok = true;
+  in.seq_q = in.seq_k = 16384;
+  in.heads_kv = 16;
+  in.batch = 1;
+  in.sms = 132;
+  return in;
+}
+
+TEST(TailPlan, Bench16kTakesFiveTailTilesInFourPieces) {
+  const auto tp = plan_tail_pieces(bench_16k());
+  EXPECT_EQ(tp.pieces, 4);
+  EXPECT_EQ(tp.main_tiles, 123);  // ceil(68 / 16) = 5 tail tiles
+  EXPECT_EQ(tp.tail0, 123 * 128);
+  EXPECT_EQ(tp.tail_rows, 16384 - 123 * 128);
+  EXPECT_EQ(tp.share, 4096);
+}
+
+TEST(TailPlan, NoneWhereNotWorthOrNotAllowed) {
+  TailInputs in = bench_16k();
+  in.forced = 0;  // TESSERA_CUDA_BACKWARD_TAIL_PIECES=0
+  EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
+  in = bench_16k();
+  in.eligible = false;
+  EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
+  in = bench_16k();
+  in.device_ok = false;
+  EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
+  in = bench_16k();
+  in.seq_q = in.seq_k = 4096;  // 64 query tiles per CTA: the pieces' fixed costs would not pay
+  in.batch = 4;
+  EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
+  in = bench_16k();
+  in.sms = 128;  // 2048 CTAs fill 16 waves exactly: no part-empty last wave
+  EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
+  in = bench_16k();
+  in.seq_q = 16382;  // 4 pieces do not divide the query rows
+  EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
+  in = bench_16k();
+  in.seq_k = 128;  // one KV tile: nothing would stay in the main grid
+  EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
+}
+
+TEST(TailPlan, ForcedPiecesTakeTheLastQuarterAndKeepOneMainTile) {
+  TailInputs in = bench_16k();
+  in.forced = 8;
+  in.seq_q = in.seq_k = 1000;  // forced: no worth test, 8 divides 1000
+  const auto tp = plan_tail_pieces(in);
+  EXPECT_EQ(tp.pieces, 8);
+  EXPECT_EQ(tp.main_tiles, 8 - 2);  // 8 KV tiles (the last partial), a quarter of them = 2
+  EXPECT_EQ(tp.tail_rows, 1000 - 6 * 128);
+  EXPECT_EQ(tp.share, 125);
+  in.seq_k = 200;  // two KV tiles: max(1, 2 / 4) = 1 in the tail, one kept
+  EXPECT_EQ(plan_tail_pieces(in).main_tiles, 1);
+  in.seq_q = 1001;  // 8 does not divide: plain path
+  EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
+}
+
+}  // namespace
+}  // namespace tessera
