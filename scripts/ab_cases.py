@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The timed cases of scripts/gpu-ab: each case in rounds 1 and 2, and in each round in every tree
-in turn (A, B, C, .. per case), through one warm `bench/profile_case.py --serve` process per tree,
-so that no case pays for starting Python and torch (~5 s each, most of a case's time). Prints the
-Markdown table gpu-ab writes to ab.txt: per case each tree's medians "round 1 / round 2" and each
-tree's mean over A's.
+"""The timed cases of scripts/gpu-ab: each case in rounds 1, 2, .. (--rounds, default 2), and in
+each round in every tree in turn (A, B, C, .. per case), through one warm `bench/profile_case.py
+--serve` process per tree, so that no case pays for starting Python and torch (~5 s each, most of
+a case's time). Prints the Markdown table gpu-ab writes to ab.txt: per case each tree's medians
+"round 1 / round 2 / .." and each tree's mean over A's.
 
-  scripts/ab_cases.py --timeout SECONDS TREE_A TREE_B [TREE...] -- "CASE" ["CASE" ...]
+  scripts/ab_cases.py [--rounds N] --timeout SECONDS TREE_A TREE_B [TREE...] -- "CASE" ["CASE" ...]
 
 A CASE is profile_case.py's arguments, optionally led by NAME=value environment settings. A case
 that fails or outruns the timeout reads "?" (the tree's process is then restarted for the next
@@ -106,7 +106,7 @@ def needs_fresh_process(case):
     return any(not n.startswith("TESSERA_") for n in settings)
 
 
-def table(cases, trees, timeout, harness=HARNESS):
+def table(cases, trees, timeout, harness=HARNESS, rounds=2):
     servers = [Server(t, harness) for t in trees]
     n = len(trees)
     head = "| case |" + "".join(f" {LABELS[i]} ms |" for i in range(n)) + "".join(
@@ -115,15 +115,15 @@ def table(cases, trees, timeout, harness=HARNESS):
     print("|---|" + "---|" * (2 * n - 1))
     try:
         for case in cases:
-            times = [[None, None] for _ in range(n)]
+            times = [[None] * rounds for _ in range(n)]
             fresh = needs_fresh_process(case)
-            for rnd in range(2):
+            for rnd in range(rounds):
                 for i, srv in enumerate(servers):
                     times[i][rnd] = srv.run(case, timeout, fresh)
 
             def mean(i):
                 v = times[i]
-                return (v[0] + v[1]) / 2 if None not in v else None
+                return sum(v) / len(v) if None not in v else None
 
             cells = [" / ".join("?" if x is None else f"{x:.3f}" for x in times[i]) for i in range(n)]
             ratios = [f"{mean(i) / mean(0):.3f}" if mean(i) and mean(0) else "n/a" for i in range(1, n)]
@@ -136,6 +136,7 @@ def table(cases, trees, timeout, harness=HARNESS):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case and tree (default 60)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds per case, 1 to 20 (default 2)")
     ap.add_argument("--harness", default=HARNESS, help="the profile_case.py to serve (default: this checkout's)")
     ap.add_argument("trees", nargs="+", help="source trees with build-ab/python, then -- and the cases")
     argv = sys.argv[1:]
@@ -153,7 +154,9 @@ def main():
             ap.error(f"cases: each one line of profile_case.py arguments (not empty, no --serve), got {c!r}")
     if a.timeout <= 0:
         ap.error(f"--timeout: a positive number of seconds expected, got {a.timeout}")
-    table(cases, [os.path.abspath(t) for t in a.trees], a.timeout, os.path.abspath(a.harness))
+    if not 1 <= a.rounds <= 20:
+        ap.error(f"--rounds: 1 to 20 expected, got {a.rounds}")
+    table(cases, [os.path.abspath(t) for t in a.trees], a.timeout, os.path.abspath(a.harness), a.rounds)
 
 
 if __name__ == "__main__":

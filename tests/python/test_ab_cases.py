@@ -55,6 +55,30 @@ def test_table_rows(tmp_path):
     assert rows[6] == "| --ms 4 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 |"  # and restarted
 
 
+def test_rounds(tmp_path):
+    a, b = make_tree(tmp_path, "a", 1.0), make_tree(tmp_path, "b", 0.25)
+    harness = os.path.join(tmp_path, "fake_profile_case.py")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", "3", "--timeout", "5",
+                        "--harness", harness, a, b, "--", "--ms 2", "--fail --ms 1"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.strip().splitlines()
+    assert rows[2] == "| --ms 2 | 2.000 / 2.000 / 2.000 | 0.500 / 0.500 / 0.500 | 0.250 |"
+    assert rows[3] == "| --fail --ms 1 | ? / ? / ? | ? / ? / ? | n/a |"
+    for bad in ("0", "21"):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", bad, a, b, "--",
+                            "--ms 1"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and f"--rounds: 1 to 20 expected, got {bad}" in r.stderr, r.stderr
+
+
+def test_gpu_ab_rejects_bad_rounds(tmp_path):
+    a, b = make_tree(tmp_path, "a", 1.0), make_tree(tmp_path, "b", 1.0)
+    for bad in ("0", "x", "21"):
+        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-ab"), str(tmp_path / "out"), a, b, "--rounds", bad,
+                            "--case", "--ms 1"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and f"--rounds: 1 to 20 expected, got '{bad}'" in r.stderr, r.stderr
+
+
 def test_bad_arguments(tmp_path):
     a = make_tree(tmp_path, "a", 1.0)
     r = run([a], ["--ms 1"])
