@@ -3,7 +3,8 @@
 each round in every tree in turn (A, B, C, .. per case), through one warm `bench/profile_case.py
 --serve` process per tree, so that no case pays for starting Python and torch (~5 s each, most of
 a case's time). Prints the Markdown table gpu-ab writes to ab.txt: per case each tree's medians
-"round 1 / round 2 / .." and each tree's mean over A's.
+"round 1 / round 2 / ..", each tree's mean over A's, and A's spread ((max - min) / mean of its
+rounds): a ratio whose distance from 1 is inside the spread is not an effect.
 
   scripts/ab_cases.py [--rounds N] --timeout SECONDS TREE_A TREE_B [TREE...] -- "CASE" ["CASE" ...]
 
@@ -110,9 +111,9 @@ def table(cases, trees, timeout, harness=HARNESS, rounds=2):
     servers = [Server(t, harness) for t in trees]
     n = len(trees)
     head = "| case |" + "".join(f" {LABELS[i]} ms |" for i in range(n)) + "".join(
-        f" {LABELS[i]} / A |" for i in range(1, n))
+        f" {LABELS[i]} / A |" for i in range(1, n)) + " A spread |"
     print(head)
-    print("|---|" + "---|" * (2 * n - 1))
+    print("|---|" + "---|" * (2 * n))
     try:
         for case in cases:
             times = [[None] * rounds for _ in range(n)]
@@ -127,7 +128,8 @@ def table(cases, trees, timeout, harness=HARNESS, rounds=2):
 
             cells = [" / ".join("?" if x is None else f"{x:.3f}" for x in times[i]) for i in range(n)]
             ratios = [f"{mean(i) / mean(0):.3f}" if mean(i) and mean(0) else "n/a" for i in range(1, n)]
-            print("| " + case + " | " + " | ".join(cells + ratios) + " |", flush=True)
+            spread = f"{(max(times[0]) - min(times[0])) / mean(0):.3f}" if mean(0) else "n/a"
+            print("| " + case + " | " + " | ".join(cells + ratios + [spread]) + " |", flush=True)
     finally:
         for s in servers:
             s.stop()

@@ -23,6 +23,10 @@ FAKE = textwrap.dedent('''
             print("error: RuntimeError: no", flush=True)
             continue
         base = float(args[args.index("--ms") + 1]) + float(env.get("EXTRA", "0"))
+        if "--vary" in args:  # 10 % slower at each call of this process
+            VARY = globals().get("VARY", 0)
+            base *= 1 + 0.1 * VARY
+            globals()["VARY"] = VARY + 1
         print("noise line", flush=True)
         print(f"forward: median {base * SCALE:.3f} ms of 10", flush=True)
 ''')
@@ -47,24 +51,26 @@ def test_table_rows(tmp_path):
     r = run([a, b], ["--ms 2", "EXTRA=2 --ms 2", "--fail --ms 1", "--hang --ms 1", "--ms 4"], timeout=3)
     assert r.returncode == 0, r.stderr
     rows = r.stdout.strip().splitlines()
-    assert rows[0] == "| case | A ms | B ms | B / A |"
-    assert rows[2] == "| --ms 2 | 2.000 / 2.000 | 1.000 / 1.000 | 0.500 |"
-    assert rows[3] == "| EXTRA=2 --ms 2 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 |"  # the setting reached the case
-    assert rows[4] == "| --fail --ms 1 | ? / ? | ? / ? | n/a |"
-    assert rows[5] == "| --hang --ms 1 | 1.000 / 1.000 | ? / ? | n/a |"  # B's process hung: killed
-    assert rows[6] == "| --ms 4 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 |"  # and restarted
+    assert rows[0] == "| case | A ms | B ms | B / A | A spread |"
+    assert rows[2] == "| --ms 2 | 2.000 / 2.000 | 1.000 / 1.000 | 0.500 | 0.000 |"
+    assert rows[3] == "| EXTRA=2 --ms 2 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 |"  # the setting reached the case
+    assert rows[4] == "| --fail --ms 1 | ? / ? | ? / ? | n/a | n/a |"
+    assert rows[5] == "| --hang --ms 1 | 1.000 / 1.000 | ? / ? | n/a | 0.000 |"  # B's process hung: killed
+    assert rows[6] == "| --ms 4 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 |"  # and restarted
 
 
 def test_rounds(tmp_path):
     a, b = make_tree(tmp_path, "a", 1.0), make_tree(tmp_path, "b", 0.25)
     harness = os.path.join(tmp_path, "fake_profile_case.py")
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", "3", "--timeout", "5",
-                        "--harness", harness, a, b, "--", "--ms 2", "--fail --ms 1"], capture_output=True, text=True,
-                       timeout=120)
+                        "--harness", harness, a, b, "--", "--vary --ms 2", "--ms 2", "--fail --ms 1"],
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     rows = r.stdout.strip().splitlines()
-    assert rows[2] == "| --ms 2 | 2.000 / 2.000 / 2.000 | 0.500 / 0.500 / 0.500 | 0.250 |"
-    assert rows[3] == "| --fail --ms 1 | ? / ? / ? | ? / ? / ? | n/a |"
+    # A spread: (2.4 - 2.0) / 2.2
+    assert rows[2] == "| --vary --ms 2 | 2.000 / 2.200 / 2.400 | 0.500 / 0.550 / 0.600 | 0.250 | 0.182 |"
+    assert rows[3] == "| --ms 2 | 2.000 / 2.000 / 2.000 | 0.500 / 0.500 / 0.500 | 0.250 | 0.000 |"
+    assert rows[4] == "| --fail --ms 1 | ? / ? / ? | ? / ? / ? | n/a | n/a |"
     for bad in ("0", "21"):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", bad, a, b, "--",
                             "--ms 1"], capture_output=True, text=True, timeout=60)
@@ -177,13 +183,13 @@ def test_real_harness_with_stub_modules(tmp_path):
                         *cases], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     rows = r.stdout.strip().splitlines()[2:]
-    assert rows[0] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 |"
-    assert rows[1] == "| TESSERA_STUB_MS=4 --d 64 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 |"
-    assert rows[2] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 |"  # the setting was undone
-    assert rows[3] == "| STUB_FAIL=1 --d 128 | ? / ? | ? / ? | n/a |"
-    assert rows[4].endswith("| ? / ? | ? / ? | n/a |")  # unbalanced quote
-    assert rows[5] == "| --dtype fp9 | ? / ? | ? / ? | n/a |"
-    assert rows[6] == "| --d 256 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 |"
+    assert rows[0] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 |"
+    assert rows[1] == "| TESSERA_STUB_MS=4 --d 64 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 |"
+    assert rows[2] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 |"  # the setting was undone
+    assert rows[3] == "| STUB_FAIL=1 --d 128 | ? / ? | ? / ? | n/a | n/a |"
+    assert rows[4].endswith("| ? / ? | ? / ? | n/a | n/a |")  # unbalanced quote
+    assert rows[5] == "| --dtype fp9 | ? / ? | ? / ? | n/a | n/a |"
+    assert rows[6] == "| --d 256 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 |"
     # Cases that reached torch: every tree in turn, round after round.
     served = log.read_text().split()
     assert served == ["A", "B", "A", "B"] * 4 + ["A", "B", "A", "B"], served
