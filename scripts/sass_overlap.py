@@ -60,7 +60,14 @@ def main():
     if a.obj:
         if not a.cuobjdump:
             ap.error("OBJ needs --cuobjdump PATH (or pipe `cuobjdump -sass OBJ` in)")
-        text = subprocess.run([a.cuobjdump, "-sass", a.obj], check=True, capture_output=True, text=True).stdout
+        try:
+            run = subprocess.run([a.cuobjdump, "-sass", a.obj], capture_output=True, text=True)
+        except OSError as e:
+            ap.error(f"--cuobjdump: a runnable cuobjdump expected, got {a.cuobjdump!r} ({e.strerror})")
+        if run.returncode != 0:
+            ap.error(f"OBJ: an object file cuobjdump can read expected, got {a.obj!r} "
+                     f"(cuobjdump: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else 'exit %d' % run.returncode})")
+        text = run.stdout
     else:
         text = sys.stdin.read()
     rows = overlap_report(text, a.kernel)

@@ -46,3 +46,9 @@ def test_cli_from_stdin():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "sass_overlap.py"), "obj.o"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "--cuobjdump" in r.stderr
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "sass_overlap.py"), "--cuobjdump",
+                        "/nonexistent/cuobjdump", "obj.o"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--cuobjdump: a runnable cuobjdump expected, got '/nonexistent/cuobjdump'" in r.stderr
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "sass_overlap.py"), "--cuobjdump", "false",
+                        "obj.o"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "OBJ: an object file cuobjdump can read expected, got 'obj.o'" in r.stderr
