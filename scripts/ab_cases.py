@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The timed cases of scripts/gpu-ab: each case in rounds 1, 2, .. (--rounds, default 2), and in
-each round in every tree in turn (A, B, C, .. per case), through one warm `bench/profile_case.py
+each round in every tree in turn (A, B, C, .. per case; round r starts at tree r mod n), through one warm `bench/profile_case.py
 --serve` process per tree, so that no case pays for starting Python and torch (~5 s each, most of
 a case's time). Prints the Markdown table gpu-ab writes to ab.txt: per case each tree's medians
 "round 1 / round 2 / ..", each tree's mean over A's, and A's spread ((max - min) / mean of its
@@ -119,8 +119,12 @@ def table(cases, trees, timeout, harness=HARNESS, rounds=2):
             times = [[None] * rounds for _ in range(n)]
             fresh = needs_fresh_process(case)
             for rnd in range(rounds):
-                for i, srv in enumerate(servers):
-                    times[i][rnd] = srv.run(case, timeout, fresh)
+                # Round r starts at tree r mod n (A B C, B C A, C A B, ..): a drift of the machine
+                # within a round (clocks falling as it warms) then falls on every tree alike
+                # over the rounds instead of always favouring A.
+                for k in range(n):
+                    i = (rnd + k) % n
+                    times[i][rnd] = servers[i].run(case, timeout, fresh)
 
             def mean(i):
                 v = times[i]

@@ -23,6 +23,11 @@ FAKE = textwrap.dedent('''
             print("error: RuntimeError: no", flush=True)
             continue
         base = float(args[args.index("--ms") + 1]) + float(env.get("EXTRA", "0"))
+        if "--drift" in args:  # 10 % slower at each call of any tree (a machine warming up)
+            path = args[args.index("--drift") + 1]
+            calls = int(open(path).read()) if os.path.exists(path) else 0
+            open(path, "w").write(str(calls + 1))
+            base *= 1 + 0.1 * calls
         if "--vary" in args:  # 10 % slower at each call of this process
             VARY = globals().get("VARY", 0)
             base *= 1 + 0.1 * VARY
@@ -75,6 +80,20 @@ def test_rounds(tmp_path):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", bad, a, b, "--",
                             "--ms 1"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and f"--rounds: 1 to 20 expected, got {bad}" in r.stderr, r.stderr
+
+
+def test_rounds_rotate_the_tree_order(tmp_path):
+    # Equal trees on a machine that slows at every call: in order A B, B A the drift cancels
+    # (A: calls 0 and 3, B: 1 and 2); always A first would read B / A = 1.1.
+    a, b = make_tree(tmp_path, "a", 1.0), make_tree(tmp_path, "b", 1.0)
+    harness = os.path.join(tmp_path, "fake_profile_case.py")
+    drift = str(tmp_path / "calls")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", "2", "--timeout", "5",
+                        "--harness", harness, a, b, "--", f"--drift {drift} --ms 1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.strip().splitlines()
+    assert rows[2] == f"| --drift {drift} --ms 1 | 1.000 / 1.300 | 1.100 / 1.200 | 1.000 | 0.261 |", rows[2]
 
 
 def test_gpu_ab_rejects_bad_rounds(tmp_path):
@@ -190,6 +209,6 @@ def test_real_harness_with_stub_modules(tmp_path):
     assert rows[4].endswith("| ? / ? | ? / ? | n/a | n/a |")  # unbalanced quote
     assert rows[5] == "| --dtype fp9 | ? / ? | ? / ? | n/a | n/a |"
     assert rows[6] == "| --d 256 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 |"
-    # Cases that reached torch: every tree in turn, round after round.
+    # Cases that reached torch: every tree in turn, round 2 starting at B.
     served = log.read_text().split()
-    assert served == ["A", "B", "A", "B"] * 4 + ["A", "B", "A", "B"], served
+    assert served == ["A", "B", "B", "A"] * 4 + ["A", "B", "B", "A"], served
