@@ -104,7 +104,8 @@ inline int parse_backward_tail_pieces(const char* value) {
 
 // TESSERA_CUDA_FORWARD_SPLIT_TAIL (a measurement and test knob of the FP8 forward's split tail,
 // src/cuda/sm90/forward/split_tail_plan.h): unset or empty: -1 (the host rule decides); 0: never;
-// n in [1, 2^20]: split the launch's last n tiles whatever the shape. Anything else throws.
+// n in [1, 2^20]: split the last n tiles of any dense unmasked FP8 launch (masked, ragged and
+// 16-bit launches never split). Anything else throws.
 inline int parse_forward_split_tail(const char* value) {
   if (value == nullptr || *value == '\0') return -1;
   char* end = nullptr;

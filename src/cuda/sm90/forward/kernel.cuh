@@ -574,8 +574,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         bool to_output = true;
         if constexpr (kSplit) {
           if (tc.split >= 0) {
-            // A half of a split tile: fp32 O / l and the LSE into its workspace slot (every
-            // row of the tile, for the merge kernel to read).
+            // A half of a split tile: fp32 O / l and the LSE of its rows inside the sequence
+            // into its workspace slot, for the merge kernel (which reads only those rows).
             to_output = false;
             const std::int64_t slot = (2 * static_cast<std::int64_t>(tc.split) + tc.half) * BM + 64 * c + rr;
             if (rr < valid_rows) {

@@ -74,7 +74,8 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   float* split_ws = nullptr;
   if constexpr (std::is_same_v<T, __nv_fp8_e4m3> && !kMasked) {
     if (!ragged) {
-      n_split = forward_split_tail(tiles, persistent, dispatch::forward_split_tail_override());
+      n_split = forward_split_tail(tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN,
+                                   dispatch::forward_split_tail_override());
       if (n_split > 0) {
         const std::size_t floats = static_cast<std::size_t>(2 * n_split) * Tr::kBlockM * (kHeadDim + 1);
         int device = 0;

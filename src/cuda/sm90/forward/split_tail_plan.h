@@ -8,13 +8,23 @@
 
 namespace tessera::cuda::sm90 {
 
-// forced: TESSERA_CUDA_FORWARD_SPLIT_TAIL (dispatch::forward_split_tail_override): -1 the rule
-// above, 0 never, n >= 1 the last n tiles whatever the shape (capped at tiles; tests, A/Bs).
-inline long long forward_split_tail(long long tiles, long long ctas, int forced) {
+// Tiles of at least kSplitMinKvTiles K/V tiles each: with fewer, halving a tile saves less than
+// the halves' extra epilogue, the workspace round trip and the merge launch cost (one K/V tile:
+// half 0 would be empty). A launch of one round (tiles <= ctas) is left alone: its tiles are
+// all in that round, and splitting them over K is the serving kernels' split-KV, not this.
+// Splitting changes the rounding of a row (each half rounds P to e4m3 against its own running
+// max), and whether a tile is in the split tail depends on the launch's tile count: set
+// TESSERA_CUDA_FORWARD_SPLIT_TAIL=0 where a row's bits must not depend on the batch.
+constexpr long long kSplitMinKvTiles = 8;
+
+// kv_tiles: K/V tiles per tile (ceil(seq_k / kBlockN)). forced: TESSERA_CUDA_FORWARD_SPLIT_TAIL
+// (dispatch::forward_split_tail_override): -1 the rule above, 0 never, n >= 1 the last n tiles of
+// any dense unmasked FP8 launch (capped at tiles; tests, A/Bs).
+inline long long forward_split_tail(long long tiles, long long ctas, long long kv_tiles, int forced) {
   if (tiles <= 0 || ctas <= 0) return 0;
   if (forced >= 0) return forced < tiles ? forced : tiles;
   const long long left = tiles % ctas;
-  return tiles > ctas && left > 0 && 2 * left <= ctas ? left : 0;
+  return tiles > ctas && left > 0 && 2 * left <= ctas && kv_tiles >= kSplitMinKvTiles ? left : 0;
 }
 
 }  // namespace tessera::cuda::sm90
