@@ -102,10 +102,27 @@ inline int parse_backward_tail_pieces(const char* value) {
   return static_cast<int>(v);
 }
 
+// TESSERA_CUDA_FORWARD_SPLIT_TAIL (a measurement and test knob of the FP8 forward's split tail,
+// src/cuda/sm90/forward/split_tail_plan.h): unset or empty: -1 (the host rule decides); 0: never;
+// n in [1, 2^20]: split the last n tiles of any dense unmasked FP8 launch (masked, ragged and
+// 16-bit launches never split). Anything else throws.
+inline int parse_forward_split_tail(const char* value) {
+  if (value == nullptr || *value == '\0') return -1;
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || v < 0 || v > (1L << 20))
+    throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FORWARD_SPLIT_TAIL",
+                std::string("TESSERA_CUDA_FORWARD_SPLIT_TAIL: expected 0 (never), a number of tiles in [1, 1048576] or "
+                            "unset, got '") +
+                    value + "'");
+  return static_cast<int>(v);
+}
+
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
 inline BackwardPath backward_path_override() { return parse_backward_path(std::getenv("TESSERA_CUDA_BACKWARD")); }
 inline BatchPath batch_path_override() { return parse_batch_path(std::getenv("TESSERA_CUDA_BATCH")); }
 inline int batch_decode_sms_override() { return parse_batch_decode_sms(std::getenv("TESSERA_CUDA_BATCH_DECODE_SMS")); }
+inline int forward_split_tail_override() { return parse_forward_split_tail(std::getenv("TESSERA_CUDA_FORWARD_SPLIT_TAIL")); }
 inline int backward_tail_pieces_override() {
   return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/backward/tail_plan.h"
+#include "cuda/sm90/forward/split_tail_plan.h"
 
 namespace tessera {
 namespace {
@@ -71,5 +72,30 @@ TEST(TailPlan, ForcedPiecesTakeTheLastQuarterAndKeepOneMainTile) {
   EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
 }
 
+// The FP8 forward's split tail (src/cuda/sm90/forward/split_tail_plan.h).
+TEST(ForwardSplitTail, SixteenKFp8D128SplitsItsLastRound) {
+  // 16k tokens, d128, 16 heads, 192-row tiles: 86 tiles per head, 1376 on 132 CTAs, 128 K/V tiles.
+  EXPECT_EQ(cuda::sm90::forward_split_tail(1376, 132, 128, -1), 56);  // 10 rounds + 56 -> 10.5 rounds
+}
+
+TEST(ForwardSplitTail, NoneWhereTheLastRoundIsFullOrMoreThanHalf) {
+  EXPECT_EQ(cuda::sm90::forward_split_tail(1320, 132, 128, -1), 0);  // whole rounds
+  EXPECT_EQ(cuda::sm90::forward_split_tail(1408, 132, 32, -1), 0);  // 88 left: two halves each would not fit one round
+  EXPECT_EQ(cuda::sm90::forward_split_tail(1386, 132, 128, -1), 66);  // exactly half a round left
+  EXPECT_EQ(cuda::sm90::forward_split_tail(1387, 132, 128, -1), 0);
+  EXPECT_EQ(cuda::sm90::forward_split_tail(100, 100, 128, -1), 0);  // one round (fewer tiles than SMs: ctas = tiles)
+  EXPECT_EQ(cuda::sm90::forward_split_tail(0, 132, 128, -1), 0);
+  EXPECT_EQ(cuda::sm90::forward_split_tail(320, 132, 3, -1), 0);  // 3 K/V tiles: not worth the merge
+  EXPECT_EQ(cuda::sm90::forward_split_tail(320, 132, 8, -1), 56);
+}
+
+TEST(ForwardSplitTail, ForcedAndOff) {
+  EXPECT_EQ(cuda::sm90::forward_split_tail(1376, 132, 128, 0), 0);
+  EXPECT_EQ(cuda::sm90::forward_split_tail(1376, 132, 128, 3), 3);
+  EXPECT_EQ(cuda::sm90::forward_split_tail(5, 5, 1, 8), 5);  // capped at the tiles, whatever the K/V tiles
+  EXPECT_EQ(cuda::sm90::forward_split_tail(0, 132, 128, 8), 0);
+}
+
 }  // namespace
+
 }  // namespace tessera

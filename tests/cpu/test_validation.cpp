@@ -624,6 +624,14 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(dispatch::parse_backward_tail_pieces("16"), 16);
   expect_rejected("TESSERA_CUDA_BACKWARD_TAIL_PIECES", dispatch::parse_backward_tail_pieces,
                   {"1", "17", "-1", "4 ", "x", "3.5", "2abc"});
+  // The FP8 forward's split tail: 0 (never), n tiles, or unset / empty (the host rule).
+  EXPECT_EQ(dispatch::parse_forward_split_tail(nullptr), -1);
+  EXPECT_EQ(dispatch::parse_forward_split_tail(""), -1);
+  EXPECT_EQ(dispatch::parse_forward_split_tail("0"), 0);
+  EXPECT_EQ(dispatch::parse_forward_split_tail("1"), 1);
+  EXPECT_EQ(dispatch::parse_forward_split_tail("1048576"), 1048576);
+  expect_rejected("TESSERA_CUDA_FORWARD_SPLIT_TAIL", dispatch::parse_forward_split_tail,
+                  {"-1", "1048577", "4 ", "x", "3.5", "2abc"});
 }
 
 }  // namespace

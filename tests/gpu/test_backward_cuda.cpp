@@ -236,28 +236,6 @@ TEST(CudaBackward, WorkspaceComesFromThePoolThatKeepsItsMemory) {
   EXPECT_GE(reserved, high) << "the pool gave the workspace back at the synchronisation";
 }
 
-// Sets an environment variable for a scope and restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
 // The portable backward's tail pieces (backward_entry.cu, TailPlan; docs/perf/backward_sm80.md,
 // "Tail pieces"), forced at small shapes: the last quarter of the KV tiles of every (sequence,
 // kv head) as 4 CTAs over query shares, launched as a programmatic dependent of the main grid,

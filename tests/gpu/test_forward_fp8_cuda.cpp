@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "cpu/reference.h"
+#include "cuda/common/scratch_pool.h"
+#include "cuda/sm90/forward/split_tail_plan.h"
 #include "math/dtype_convert.h"
 #include "gpu/gpu_support.h"
 #include "support/test_support.h"
@@ -163,6 +165,70 @@ TEST_P(CudaFp8Grid, MatchesOracleWithinRule) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaFp8Grid, ::testing::ValuesIn(grid()),
                          [](const ::testing::TestParamInfo<CaseSpec>& info) { return "case" + std::to_string(info.index); });
+
+// The split tail (src/cuda/sm90/forward/split_tail_plan.h), forced by
+// TESSERA_CUDA_FORWARD_SPLIT_TAIL on shapes whose last round the rule would not split: halves
+// of one K/V tile (half 0 empty), of no keys, of an odd count, more tiles than SMs, both head
+// dims, soft cap; a masked problem ignores the knob, and 0 turns off a split the rule would make
+// (320 tiles of 8 K/V tiles on 132 SMs), which the rule itself makes without the knob. Same rule as the grid, LSE included. The scratch pool's
+// high-water mark shows whether the halves' workspace was allocated, i.e. whether the split ran.
+TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  int device = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
+  if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no split";
+  int sms = 0;
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // 320 tiles of 8 K/V tiles: what the rule splits on this device (56 of them on 132 SMs).
+  const long long rule_320 = tessera::cuda::sm90::forward_split_tail(320, std::min(320, sms), 8, -1);
+  auto rng = fresh_rng();
+  struct SplitCase {
+    CaseSpec spec;
+    const char* knob;
+    long long halves_of;  // tiles expected split (0: none)
+  };
+  const SplitCase cases[] = {
+      {dense_fp8(2, 113, 300, 4, 2, 128, opts(false)), "3", 3},              // 3 K/V tiles: halves of 1 and 2
+      {dense_fp8(3, 1, 1, 4, 1, 128, opts(false, -1, -1, 3.0f)), "100", 12},  // every tile; half 0 has no K/V tile
+      {dense_fp8(2, 40, 0, 2, 1, 128, opts(false)), "4", 4},                  // no keys: both halves empty
+      {dense_fp8(1, 300, 700, 2, 1, 256, opts(false)), "2", 2},               // d256: 6 K/V tiles
+      {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), "50", 50},           // more tiles than SMs, 8 K/V tiles
+      {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), "", rule_320},       // the rule (knob empty = unset)
+      {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), "0", 0},             // the rule's split, turned off
+      {dense_fp8(1, 17, 1023, 8, 1, 128, opts(true)), "5", 0},                // causal: the knob does not apply
+  };
+  for (const SplitCase& c : cases) {
+    const CaseSpec& spec = c.spec;
+    SCOPED_TRACE(spec.name() + " split " + c.knob);
+    ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", c.knob);
+    GpuFp8Case g(spec, rng);
+    std::uint64_t zero = 0, high = 0;
+    TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    g.run();
+    TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    const int bm = spec.head_dim == 128 ? 192 : 128;  // FP8 tile rows (kernel_traits.cuh)
+    const std::uint64_t workspace = c.halves_of * 2ull * bm * (spec.head_dim + 1) * sizeof(float);
+    if (c.halves_of > 0) EXPECT_GE(high, workspace) << "the split's workspace was not allocated";
+    else EXPECT_LT(high, 2ull * bm * (spec.head_dim + 1) * sizeof(float)) << "a split ran";
+    EXPECT_EQ(g.host.out.count_nan(), 0);
+    EXPECT_EQ(g.host.lse.count_nan(), 0);
+    EXPECT_TRUE(g.host.out.margins_intact());
+    EXPECT_TRUE(g.host.lse.margins_intact());
+    const AttentionParams p = g.host.forward_params();
+    const auto oracle = cpu::reference::forward(p);
+    std::vector<double> naive_lse;
+    const auto naive = naive_fp8_forward(p, &naive_lse);
+    const ErrorStats got = error_stats(g.host.out_packed(), oracle.o);
+    const double tol_o = tolerance(naive, oracle.o, p.out_dtype());
+    const ErrorStats lse = error_stats(g.host.lse_packed(), oracle.lse);
+    const double tol_l = tolerance(naive_lse, oracle.lse, DType::f32) + fp8_accumulation_floor(p);
+    std::printf("[ fp8 cuda ] split %s %s: out max %.3g (bound %.3g), lse max %.3g (bound %.3g)\n", c.knob,
+                spec.name().c_str(), got.max_abs, tol_o, lse.max_abs, tol_l);
+    EXPECT_LE(got.max_abs, tol_o);
+    EXPECT_LE(lse.max_abs, tol_l);
+  }
+}
 
 // Long rows: 8k keys, both head dims (the oracle on a few row blocks is too slow here, so the
 // whole output is checked against the naive fp8 baseline's bound on a small head count).

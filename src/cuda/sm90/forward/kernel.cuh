@@ -168,11 +168,22 @@ struct TileCoords {
   int n_begin = 0;   // first K tile
   int n_tiles = 0;   // K tiles visited (0: every row of the tile sees nothing)
   bool active = false;  // false: the tile lies past its sequence (ragged), skip it
+  int split = -1;    // kSplit: the split tile's index j (its halves' workspace slots), else -1
+  int half = 0;      // which half of the split tile's K/V tiles: [0, n / 2) or [n / 2, n)
 };
 
-template <int BM, int BN, bool kMasked>
+// kSplit: the launch may split its last round's tiles (FwdArgs::split_begin); dense only.
+template <int BM, int BN, bool kMasked, bool kSplit = false>
 __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   TileCoords c;
+  if constexpr (kSplit) {
+    if (tile >= a.split_begin) {
+      const int v = tile - a.split_begin;
+      c.split = v >> 1;
+      c.half = v & 1;
+      tile = a.split_begin + c.split;
+    }
+  }
   const int head_seq = tile / a.m_blocks;
   const int m_block = a.m_blocks - 1 - tile % a.m_blocks;
   if (!a.ragged_virtual) c.m0 = m_block * BM;  // (a virtual block index times BM may not fit an int)
@@ -201,6 +212,13 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   }
   c.n_begin = keys.begin / BN;
   c.n_tiles = keys.empty() ? 0 : (keys.end + BN - 1) / BN - c.n_begin;
+  if constexpr (kSplit) {
+    if (c.split >= 0) {
+      const int first = c.n_tiles / 2;  // half 0 may have none (one K/V tile): O = 0, LSE = -inf
+      c.n_begin += c.half * first;
+      c.n_tiles = c.half == 0 ? first : c.n_tiles - first;
+    }
+  }
   return c;
 }
 
@@ -214,6 +232,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     forward_kernel(const __grid_constant__ FwdArgs a) {
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
   using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs>;
+  constexpr bool kSplit = kFp8 && !kMasked;  // the instances whose launch may split its tail (FwdArgs)
   using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -267,7 +286,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   const bool ragged = a.cu_seqlens_q != nullptr;
   // One tile per CTA (masked or ragged launches without the tile counter): the CTA of an empty
   // tile (past its sequence) leaves before any setup.
-  if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked>(a, blockIdx.x).active) return;
+  if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked, kSplit>(a, blockIdx.x).active) return;
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < QB; ++b) {
@@ -320,7 +339,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       // q_round (one Q load per tile) is also the tile ring's position.
       for (int tile = blockIdx.x;;) {
         TileCoords tc;
-        while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked>(a, tile)).active) tile = next_tile(tile);
+        while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit>(a, tile)).active) tile = next_tile(tile);
         mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);
         st_shared_u32(tile_slot(q_round % kSlots), static_cast<std::uint32_t>(tile < num_tiles ? tile : num_tiles));
         mbarrier_arrive(tile_full(q_round % kSlots));  // release: the readers see the slot's value
@@ -365,7 +384,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         for (int r = 0;; ++r) {
           const int tile = read_tile(r, lane);
           if (tile >= num_tiles) break;
-          const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);  // active (the producer skips others)
+          const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit>(a, tile);  // active (the producer skips others)
           for (int i = 0; i < tc.n_tiles; ++i, ++it) {
             const int stage = it % S;
             const std::uint32_t parity = (it / S) & 1;
@@ -416,7 +435,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
   for (;;) {  // q_round counts the tiles taken so far: the tile ring's position too
     const int tile = read_tile(q_round, lane);
     if (tile >= num_tiles) break;
-    const TileCoords tc = tile_coords<BM, BN, kMasked>(a, tile);  // active (the producer skips others)
+    const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit>(a, tile);  // active (the producer skips others)
     const int qb = q_round % QB;  // this tile's Q buffer (and O staging buffer)
     unsigned char* q_ptr = base_ptr + Tr::kQOffset + qb * Tr::kQBytes;
     const int wg_row0 = tc.m0 + 64 * c;        // first row of the warpgroup (sequence-relative)
@@ -552,15 +571,34 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         rows[hh].l = sm80::quad_sum(rows[hh].l);
         const float sc = rows[hh].output_scale() * dv;  // the 2^8 of P cancels against l
         const int rr = 16 * warp + g + 8 * hh;          // row within the warpgroup
-        if (rr < valid_rows) {
+        bool to_output = true;
+        if constexpr (kSplit) {
+          if (tc.split >= 0) {
+            // A half of a split tile: fp32 O / l and the LSE of its rows inside the sequence
+            // into its workspace slot, for the merge kernel (which reads only those rows).
+            to_output = false;
+            const std::int64_t slot = (2 * static_cast<std::int64_t>(tc.split) + tc.half) * BM + 64 * c + rr;
+            if (rr < valid_rows) {
+              float* row_o = a.split_o + slot * D;
 #pragma unroll
-          for (int d = 0; d < D / 8; ++d)
-            *reinterpret_cast<std::uint32_t*>(out + rr * a.o_row + 8 * d + 2 * q) =
-                Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+              for (int d = 0; d < D / 8; ++d)
+                *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+            }
+            rows[hh].l *= 1.0f / 256.0f;
+            if (q == 0 && rr < valid_rows) a.split_lse[slot] = rows[hh].lse();
+          }
         }
-        rows[hh].l *= 1.0f / 256.0f;  // the softmax's own sum, for the LSE
-        if (a.lse != nullptr && q == 0 && rr < valid_rows)
-          a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
+        if (to_output) {
+          if (rr < valid_rows) {
+#pragma unroll
+            for (int d = 0; d < D / 8; ++d)
+              *reinterpret_cast<std::uint32_t*>(out + rr * a.o_row + 8 * d + 2 * q) =
+                  Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+          }
+          rows[hh].l *= 1.0f / 256.0f;  // the softmax's own sum, for the LSE
+          if (a.lse != nullptr && q == 0 && rr < valid_rows)
+            a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
+        }
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
       if (t == 0) mbarrier_arrive(q_empty(qb));

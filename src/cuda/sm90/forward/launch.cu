@@ -195,7 +195,9 @@ bool run_forward(const AttentionParams& p) {
     m_blocks = virtual_blocks;
     tiles = virtual_blocks * p.heads_q;
   }
-  if (tiles > 0x3fffffffLL) return false;  // (tile + grid stays an int: both are <= 2^30)
+  // (tile + grid stays an int: both are <= 2^30; an FP8 split tail adds at most tiles / 2 or
+  // 2^20 virtual tiles, launch_template.cuh, and next_tile sums in 64 bits)
+  if (tiles > 0x3fffffffLL) return false;
   a.m_blocks = static_cast<int>(m_blocks);
   a.block_m = static_cast<int>(box_m);
   a.heads = p.heads_q;

@@ -10,6 +10,9 @@
 #include "cuda/common/scratch_pool.h"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/kernel.cuh"
+#include "cuda/sm90/forward/split_merge.cuh"
+#include "cuda/sm90/forward/split_tail_plan.h"
+#include "dispatch/path_override.h"
 
 namespace tessera::cuda::sm90 {
 
@@ -63,10 +66,52 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
       }
     }
   }
+  // Dense unmasked FP8: the last round's tiles split in two halves over their K/V tiles where
+  // that round is at most half full (split_tail_plan.h); the halves' O / l and LSE go to a
+  // workspace from the scratch pool and split_merge_kernel writes their rows. Without the
+  // workspace (no memory, no pool), no split.
+  long long n_split = 0;
+  float* split_ws = nullptr;
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3> && !kMasked) {
+    if (!ragged) {
+      n_split = forward_split_tail(tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN,
+                                   dispatch::forward_split_tail_override());
+      if (n_split > 0) {
+        const std::size_t floats = static_cast<std::size_t>(2 * n_split) * Tr::kBlockM * (kHeadDim + 1);
+        int device = 0;
+        TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+        const cudaMemPool_t pool = scratch_pool(device);
+        const cudaError_t alloc = pool == nullptr ? cudaErrorNotSupported
+                                                  : cudaMallocFromPoolAsync(reinterpret_cast<void**>(&split_ws),
+                                                                            floats * sizeof(float), pool, s);
+        if (alloc == cudaErrorMemoryAllocation || alloc == cudaErrorNotSupported) {
+          (void)cudaGetLastError();
+          split_ws = nullptr;
+          n_split = 0;
+        } else {
+          TESSERA_CUDA_CHECK(alloc);
+          run_args.split_begin = static_cast<int>(tiles - n_split);
+          run_args.num_tiles = static_cast<int>(tiles + n_split);  // the split tiles count twice (halves)
+          run_args.split_o = split_ws;
+          run_args.split_lse = split_ws + static_cast<std::size_t>(2 * n_split) * Tr::kBlockM * kHeadDim;
+          const long long virtual_tiles = tiles + n_split;
+          grid = virtual_tiles < num_sms ? virtual_tiles : num_sms;
+        }
+      }
+    }
+  }
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
-  const cudaError_t launched = cudaGetLastError();
-  if (counter != nullptr) {
-    const cudaError_t freed = cudaFreeAsync(counter, s);
+  cudaError_t launched = cudaGetLastError();
+  if (launched == cudaSuccess && n_split > 0) {
+    const long long threads = n_split * Tr::kBlockM * 32;
+    split_merge_kernel<kHeadDim, Tr::kBlockM>
+        <<<static_cast<unsigned>((threads + kSplitMergeThreads - 1) / kSplitMergeThreads), kSplitMergeThreads, 0, s>>>(
+            run_args, static_cast<int>(n_split));
+    launched = cudaGetLastError();
+  }
+  for (void* p : {static_cast<void*>(counter), static_cast<void*>(split_ws)}) {
+    if (p == nullptr) continue;
+    const cudaError_t freed = cudaFreeAsync(p, s);
     if (launched == cudaSuccess) TESSERA_CUDA_CHECK(freed);  // else the launch's error is the one to report
   }
   TESSERA_CUDA_CHECK(launched);
