@@ -118,10 +118,26 @@ inline int parse_forward_split_tail(const char* value) {
   return static_cast<int>(v);
 }
 
+// TESSERA_CUDA_FP8_V_TRANSPOSE (a measurement and test knob of the FP8 forward,
+// src/cuda/sm90/forward/fp8_v_transpose.h): where V^T, the second GEMM's K-major operand, is made.
+// Unset, empty or "global": once per call by a pass into a workspace that the kernel's producer
+// loads by TMA (dense launches; ragged ones and a failed allocation fall back to "kernel");
+// "kernel": by warps of the forward kernel for every K/V tile it loads. Anything else throws.
+enum class Fp8VTranspose { global, kernel };
+inline Fp8VTranspose parse_fp8_v_transpose(const char* value) {
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "global") == 0) return Fp8VTranspose::global;
+  if (std::strcmp(value, "kernel") == 0) return Fp8VTranspose::kernel;
+  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FP8_V_TRANSPOSE",
+              std::string("TESSERA_CUDA_FP8_V_TRANSPOSE: expected 'global', 'kernel' or unset, got '") + value + "'");
+}
+
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
 inline BackwardPath backward_path_override() { return parse_backward_path(std::getenv("TESSERA_CUDA_BACKWARD")); }
 inline BatchPath batch_path_override() { return parse_batch_path(std::getenv("TESSERA_CUDA_BATCH")); }
 inline int batch_decode_sms_override() { return parse_batch_decode_sms(std::getenv("TESSERA_CUDA_BATCH_DECODE_SMS")); }
+inline Fp8VTranspose fp8_v_transpose_override() {
+  return parse_fp8_v_transpose(std::getenv("TESSERA_CUDA_FP8_V_TRANSPOSE"));
+}
 inline int forward_split_tail_override() { return parse_forward_split_tail(std::getenv("TESSERA_CUDA_FORWARD_SPLIT_TAIL")); }
 inline int backward_tail_pieces_override() {
   return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));

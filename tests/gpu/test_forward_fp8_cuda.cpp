@@ -166,6 +166,54 @@ TEST_P(CudaFp8Grid, MatchesOracleWithinRule) {
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaFp8Grid, ::testing::ValuesIn(grid()),
                          [](const ::testing::TestParamInfo<CaseSpec>& info) { return "case" + std::to_string(info.index); });
 
+// V^T made once per call by a pass into a workspace (the default, dense launches) or by the
+// kernel's warps per tile (TESSERA_CUDA_FP8_V_TRANSPOSE=kernel; ragged launches always): the same
+// bytes reach the same wgmma, so outputs and LSEs must be bit-identical, over the whole grid
+// (odd key counts: the pass zeroes the keys past seq_k in the last 128-key tile; padded
+// strides; GQA; masks). The pool's high-water mark shows whether the pass's workspace was
+// allocated, i.e. whether the pass ran.
+TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  int device = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
+  auto rng = fresh_rng();
+  for (const CaseSpec& spec : grid()) {
+    SCOPED_TRACE(spec.name());
+    GpuFp8Case g(spec, rng);
+    std::vector<double> out_kernel, lse_kernel;
+    {
+      ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", "kernel");
+      g.run();
+      out_kernel = g.host.out_packed();
+      lse_kernel = g.host.lse_packed();
+    }
+    std::uint64_t zero = 0, high = 0;
+    if (pool != nullptr) TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    g.run();  // the default: the pass where it applies
+    if (pool != nullptr) {
+      TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+      const AttentionParams p = g.host.forward_params();
+      const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
+                                     ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
+      if (!spec.ragged() && p.seq_k > 0) EXPECT_GE(high, vt_bytes) << "the pass's workspace was not allocated";
+    }
+    EXPECT_TRUE(g.host.out.margins_intact());
+    EXPECT_TRUE(g.host.lse.margins_intact());
+    const std::vector<double> out_global = g.host.out_packed(), lse_global = g.host.lse_packed();
+    ASSERT_EQ(out_global.size(), out_kernel.size());
+    ASSERT_EQ(lse_global.size(), lse_kernel.size());
+    std::size_t out_diff = 0, lse_diff = 0;
+    for (std::size_t i = 0; i < out_global.size(); ++i)
+      out_diff += out_global[i] != out_kernel[i];
+    for (std::size_t i = 0; i < lse_global.size(); ++i)
+      lse_diff += lse_global[i] != lse_kernel[i];  // -inf == -inf for empty rows
+    EXPECT_EQ(out_diff, 0u) << "outputs that differ between the pass and the kernel's transpose";
+    EXPECT_EQ(lse_diff, 0u) << "LSEs that differ between the pass and the kernel's transpose";
+    EXPECT_EQ(g.host.out.count_nan(), 0);
+  }
+}
+
 // The split tail (src/cuda/sm90/forward/split_tail_plan.h), forced by
 // TESSERA_CUDA_FORWARD_SPLIT_TAIL on shapes whose last round the rule would not split: halves
 // of one K/V tile (half 0 empty), of no keys, of an odd count, more tiles than SMs, both head

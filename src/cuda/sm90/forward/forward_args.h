@@ -16,6 +16,11 @@ struct FwdArgs {
   CUtensorMap map_k;
   CUtensorMap map_v;
   CUtensorMap map_o;  // dense only: the epilogue's TMA store
+  // FP8 with vt_global: V^T from the pass of fp8_v_transpose.h, rank 4 (keys, head_dim, kv
+  // heads, batch), one box of 128 keys x head_dim rows per K/V tile; the producer loads it in
+  // place of V and the kernel's transposing warps stand idle. Otherwise unused.
+  CUtensorMap map_vt;
+  bool vt_global = false;
   void* o = nullptr;  // ragged and fp8: the epilogue stores rows itself (no TMA store)
   std::int64_t o_batch = 0, o_row = 0, o_head = 0;
   float* lse = nullptr;  // nullptr: not requested

@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       // FP8: the transposing warps free the V tile, the consumers the transposed one.
       mbarrier_init(v_empty(s), kFp8 ? Tr::kTransposeWarps : Tr::kConsumerWarps);
       if constexpr (kFp8) {
-        mbarrier_init(vt_full(s), Tr::kTransposeWarps);
+        mbarrier_init(vt_full(s), a.vt_global ? 1 : Tr::kTransposeWarps);  // the TMA's one arrival, or each warp's
         mbarrier_init(vt_empty(s), Tr::kConsumerWarps);
       }
     }
@@ -323,7 +323,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&a.map_q);
       prefetch_tensor_map(&a.map_k);
-      prefetch_tensor_map(&a.map_v);
+      if (kFp8 && a.vt_global) prefetch_tensor_map(&a.map_vt);
+      else prefetch_tensor_map(&a.map_v);
       int it = 0;       // K/V tiles loaded so far (ring position)
       int q_round = 0;  // Q tiles loaded so far
       // The tile after `tile`: a static stride, or the next index of the launch's counter
@@ -367,6 +368,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
           for (int p = 0; p < Tr::kPanels; ++p)
             load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, Tr::kPanelCols * p, row, h_kv, seq);
           if (i == 0) load_q();
+          if constexpr (kFp8) {
+            if (a.vt_global) {  // V^T ready in global memory: straight into the P V operand's stage
+              mbarrier_wait_parity(vt_empty(stage), parity);
+              mbarrier_arrive_expect_tx(vt_full(stage), Tr::kVtTileBytes);
+              tma_load_4d(sVt(stage), &a.map_vt, vt_full(stage), row, 0, h_kv, seq);
+              continue;
+            }
+          }
           mbarrier_wait_parity(v_empty(stage), parity);
           mbarrier_arrive_expect_tx(v_full(stage), Tr::kKVTileBytes);
 #pragma unroll
@@ -384,6 +393,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         for (int r = 0;; ++r) {
           const int tile = read_tile(r, lane);
           if (tile >= num_tiles) break;
+          if (a.vt_global) continue;  // the producer loads V^T: only the tile ring to keep up with
           const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit>(a, tile);  // active (the producer skips others)
           for (int i = 0; i < tc.n_tiles; ++i, ++it) {
             const int stage = it % S;

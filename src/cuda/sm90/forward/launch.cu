@@ -15,9 +15,11 @@
 #include "cuda/common/device_limits.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device_scope.h"
+#include "cuda/common/scratch_pool.h"
 #include "cuda/primitives/sm90/tensor_map.h"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/forward_sm90.h"
+#include "cuda/sm90/forward/fp8_v_transpose.h"
 #include "math/ragged_tiles.h"
 #include "cuda/sm90/forward/kernel_traits.cuh"
 #include "math/online_softmax.h"
@@ -208,8 +210,48 @@ bool run_forward(const AttentionParams& p) {
   DeviceScope scope(p.device.index);
   int num_sms = 0;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, p.device.index));
-  if (fp8) launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms);
-  else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms);
+  if (fp8) {
+    // V^T once per call into a workspace (fp8_v_transpose.h) where it can be: dense, a 16-byte
+    // aligned V, memory in the scratch pool; else the kernel's warps transpose every tile.
+    // The workspace goes back to the pool in stream order after the launch, error or not.
+    struct Workspace {
+      void* ptr = nullptr;
+      cudaStream_t stream = nullptr;
+      ~Workspace() {
+        if (ptr != nullptr) (void)cudaFreeAsync(ptr, stream);
+      }
+    } vt;
+    vt.stream = static_cast<cudaStream_t>(p.stream);
+    if (!ragged && p.seq_k > 0 && dispatch::fp8_v_transpose_override() == dispatch::Fp8VTranspose::global &&
+        fp8_v_transpose_supported(p.v.ptr, p.v.row, p.v.head, p.v.batch, p.seq_k, p.heads_kv, p.batch, p.head_dim)) {
+      const std::int64_t pitch = fp8_vt_pitch(p.seq_k);
+      const std::size_t bytes = static_cast<std::size_t>(p.batch) * p.heads_kv * p.head_dim * pitch;
+      const cudaMemPool_t pool = scratch_pool(p.device.index);
+      const cudaError_t alloc = pool == nullptr ? cudaErrorNotSupported
+                                                : cudaMallocFromPoolAsync(&vt.ptr, bytes, pool, vt.stream);
+      if (alloc == cudaErrorMemoryAllocation || alloc == cudaErrorNotSupported) {
+        (void)cudaGetLastError();  // no memory or no pool: the kernel transposes
+        vt.ptr = nullptr;
+      } else {
+        TESSERA_CUDA_CHECK(alloc);
+        const std::uint64_t dims[4] = {static_cast<std::uint64_t>(pitch), static_cast<std::uint64_t>(p.head_dim),
+                                       static_cast<std::uint64_t>(p.heads_kv), static_cast<std::uint64_t>(p.batch)};
+        const std::uint64_t strides[3] = {static_cast<std::uint64_t>(pitch), static_cast<std::uint64_t>(pitch) * p.head_dim,
+                                          static_cast<std::uint64_t>(pitch) * p.head_dim * p.heads_kv};
+        const std::uint32_t box[4] = {128, static_cast<std::uint32_t>(p.head_dim), 1, 1};
+        try {
+          a.map_vt = make_tensor_map_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, vt.ptr, dims, strides, box);
+          a.vt_global = true;
+        } catch (const Error&) {
+          a.vt_global = false;  // a workspace the copy engine cannot describe: the kernel transposes
+        }
+        if (a.vt_global)
+          TESSERA_CUDA_CHECK(launch_fp8_v_transpose(p.v.ptr, p.v.row, p.v.head, p.v.batch, p.seq_k, p.heads_kv, p.batch,
+                                                    p.head_dim, vt.ptr, vt.stream));
+      }
+    }
+    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms);
+  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms);
   else launch_for_head_dim<__half>(a, p, masked_instance, num_sms);
   return true;
 }
