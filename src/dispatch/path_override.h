@@ -120,12 +120,14 @@ inline int parse_forward_split_tail(const char* value) {
 
 // TESSERA_CUDA_FP8_V_TRANSPOSE (a measurement and test knob of the FP8 forward,
 // src/cuda/sm90/forward/fp8_v_transpose.h): where V^T, the second GEMM's K-major operand, is made.
-// Unset, empty or "global": once per call by a pass into a workspace that the kernel's producer
-// loads by TMA (dense launches; ragged ones and a failed allocation fall back to "kernel");
-// "kernel": by warps of the forward kernel for every K/V tile it loads. Anything else throws.
-enum class Fp8VTranspose { global, kernel };
+// Unset or empty: the host rule (fp8_v_transpose_plan.h) picks; "global": once per call by a pass
+// into a workspace that the kernel's producer loads by TMA, wherever the pass can run (dense
+// calls with a 16-byte aligned V and a workspace); "kernel": by warps of the forward kernel for
+// every K/V tile it loads (ragged calls always). Anything else throws.
+enum class Fp8VTranspose { automatic, global, kernel };
 inline Fp8VTranspose parse_fp8_v_transpose(const char* value) {
-  if (value == nullptr || *value == '\0' || std::strcmp(value, "global") == 0) return Fp8VTranspose::global;
+  if (value == nullptr || *value == '\0') return Fp8VTranspose::automatic;
+  if (std::strcmp(value, "global") == 0) return Fp8VTranspose::global;
   if (std::strcmp(value, "kernel") == 0) return Fp8VTranspose::kernel;
   throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FP8_V_TRANSPOSE",
               std::string("TESSERA_CUDA_FP8_V_TRANSPOSE: expected 'global', 'kernel' or unset, got '") + value + "'");

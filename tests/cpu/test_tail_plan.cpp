@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/backward/tail_plan.h"
+#include "cuda/sm90/forward/fp8_v_transpose_plan.h"
 #include "cuda/sm90/forward/split_tail_plan.h"
 
 namespace tessera {
@@ -94,6 +95,24 @@ TEST(ForwardSplitTail, ForcedAndOff) {
   EXPECT_EQ(cuda::sm90::forward_split_tail(1376, 132, 128, 3), 3);
   EXPECT_EQ(cuda::sm90::forward_split_tail(5, 5, 1, 8), 5);  // capped at the tiles, whatever the K/V tiles
   EXPECT_EQ(cuda::sm90::forward_split_tail(0, 132, 128, 8), 0);
+}
+
+// Where the FP8 forward's V^T pass pays (src/cuda/sm90/forward/fp8_v_transpose_plan.h): the
+// bench shapes on the H200 (m_blocks x group), each on the side its measurement fell.
+TEST(Fp8VTransposePlan, BenchShapes) {
+  using cuda::sm90::fp8_v_transpose_pays;
+  EXPECT_TRUE(fp8_v_transpose_pays(86, 1, false));   // d128 16k: 0.971
+  EXPECT_TRUE(fp8_v_transpose_pays(86, 1, true));    // d128 16k causal: 0.996
+  EXPECT_TRUE(fp8_v_transpose_pays(128, 1, false));  // d256 16k: 0.938
+  EXPECT_TRUE(fp8_v_transpose_pays(128, 1, true));   // d256 16k causal: 0.960
+  EXPECT_TRUE(fp8_v_transpose_pays(32, 1, false));   // d256 4k: 0.960
+  EXPECT_FALSE(fp8_v_transpose_pays(32, 1, true));   // d256 4k causal: 1.088
+  EXPECT_FALSE(fp8_v_transpose_pays(22, 1, false));  // d128 4k: 1.039
+  EXPECT_FALSE(fp8_v_transpose_pays(22, 1, true));
+  EXPECT_FALSE(fp8_v_transpose_pays(6, 1, false));   // 1k: 1.24-1.32
+  EXPECT_FALSE(fp8_v_transpose_pays(8, 1, true));
+  EXPECT_TRUE(fp8_v_transpose_pays(6, 8, false));    // GQA 8: each V tile serves 8 query heads
+  EXPECT_FALSE(fp8_v_transpose_pays(0, 8, false));
 }
 
 }  // namespace

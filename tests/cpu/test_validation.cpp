@@ -632,9 +632,9 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(dispatch::parse_forward_split_tail("1048576"), 1048576);
   expect_rejected("TESSERA_CUDA_FORWARD_SPLIT_TAIL", dispatch::parse_forward_split_tail,
                   {"-1", "1048577", "4 ", "x", "3.5", "2abc"});
-  // Where the FP8 forward's V^T is made: a pass into a workspace (default) or the kernel's warps.
-  EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::global);
-  EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::global);
+  // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
+  EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
+  EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose("global"), dispatch::Fp8VTranspose::global);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose("kernel"), dispatch::Fp8VTranspose::kernel);
   for (const char* bad : {"Kernel", "kernel ", "0", "pass", "global,kernel"}) {

@@ -166,8 +166,9 @@ TEST_P(CudaFp8Grid, MatchesOracleWithinRule) {
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaFp8Grid, ::testing::ValuesIn(grid()),
                          [](const ::testing::TestParamInfo<CaseSpec>& info) { return "case" + std::to_string(info.index); });
 
-// V^T made once per call by a pass into a workspace (the default, dense launches) or by the
-// kernel's warps per tile (TESSERA_CUDA_FP8_V_TRANSPOSE=kernel; ragged launches always): the same
+// V^T made once per call by a pass into a workspace (TESSERA_CUDA_FP8_V_TRANSPOSE=global; by
+// default where the host rule says it pays) or by the kernel's warps per tile (=kernel; ragged
+// launches always): the same
 // bytes reach the same wgmma, so outputs and LSEs must be bit-identical, over the whole grid
 // (odd key counts: the pass zeroes the keys past seq_k in the last 128-key tile; padded
 // strides; GQA; masks). The pool's high-water mark shows whether the pass's workspace was
@@ -190,7 +191,8 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
     }
     std::uint64_t zero = 0, high = 0;
     if (pool != nullptr) TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
-    g.run();  // the default: the pass where it applies
+    ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", "global");  // the pass wherever it can run
+    g.run();
     if (pool != nullptr) {
       TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
       const AttentionParams p = g.host.forward_params();
@@ -250,6 +252,7 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
     const CaseSpec& spec = c.spec;
     SCOPED_TRACE(spec.name() + " split " + c.knob);
     ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", c.knob);
+    ScopedEnv vt("TESSERA_CUDA_FP8_V_TRANSPOSE", "kernel");  // no V^T workspace in the high-water mark
     GpuFp8Case g(spec, rng);
     std::uint64_t zero = 0, high = 0;
     TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));

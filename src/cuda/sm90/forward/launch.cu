@@ -20,6 +20,7 @@
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/forward_sm90.h"
 #include "cuda/sm90/forward/fp8_v_transpose.h"
+#include "cuda/sm90/forward/fp8_v_transpose_plan.h"
 #include "math/ragged_tiles.h"
 #include "cuda/sm90/forward/kernel_traits.cuh"
 #include "math/online_softmax.h"
@@ -211,8 +212,9 @@ bool run_forward(const AttentionParams& p) {
   int num_sms = 0;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, p.device.index));
   if (fp8) {
-    // V^T once per call into a workspace (fp8_v_transpose.h) where it can be: dense, a 16-byte
-    // aligned V, memory in the scratch pool; else the kernel's warps transpose every tile.
+    // V^T once per call into a workspace (fp8_v_transpose.h) where that pays (fp8_v_transpose_plan.h)
+    // and can be: dense, a 16-byte aligned V, memory in the scratch pool; else the kernel's warps
+    // transpose every tile.
     // The workspace goes back to the pool in stream order after the launch, error or not.
     struct Workspace {
       void* ptr = nullptr;
@@ -222,7 +224,10 @@ bool run_forward(const AttentionParams& p) {
       }
     } vt;
     vt.stream = static_cast<cudaStream_t>(p.stream);
-    if (!ragged && p.seq_k > 0 && dispatch::fp8_v_transpose_override() == dispatch::Fp8VTranspose::global &&
+    const dispatch::Fp8VTranspose where = dispatch::fp8_v_transpose_override();
+    const bool pass = where == dispatch::Fp8VTranspose::global ||
+                      (where == dispatch::Fp8VTranspose::automatic && fp8_v_transpose_pays(a.m_blocks, a.group, masked));
+    if (pass && !ragged && p.seq_k > 0 &&
         fp8_v_transpose_supported(p.v.ptr, p.v.row, p.v.head, p.v.batch, p.seq_k, p.heads_kv, p.batch, p.head_dim)) {
       const std::int64_t pitch = fp8_vt_pitch(p.seq_k);
       const std::size_t bytes = static_cast<std::size_t>(p.batch) * p.heads_kv * p.head_dim * pitch;
