@@ -190,7 +190,9 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
       lse_kernel = g.host.lse_packed();
     }
     std::uint64_t zero = 0, high = 0;
-    if (pool != nullptr) TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    if (pool != nullptr) {
+      TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    }
     ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", "global");  // the pass wherever it can run
     g.run();
     if (pool != nullptr) {
@@ -198,7 +200,9 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
       const AttentionParams p = g.host.forward_params();
       const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
                                      ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
-      if (!spec.ragged() && p.seq_k > 0) EXPECT_GE(high, vt_bytes) << "the pass's workspace was not allocated";
+      if (!spec.ragged() && p.seq_k > 0) {
+        EXPECT_GE(high, vt_bytes) << "the pass's workspace was not allocated";
+      }
     }
     EXPECT_TRUE(g.host.out.margins_intact());
     EXPECT_TRUE(g.host.lse.margins_intact());
