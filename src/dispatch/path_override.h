@@ -14,6 +14,9 @@
 //                           smem-slim instance of that kernel, with the decode-only kernel
 //                           launched as its programmatic dependent so that one decode CTA shares
 //                           each SM with a prefill CTA; elsewhere the same as sm90)
+//   Measurement and test knobs, each described at its parser below: TESSERA_CUDA_BATCH_DECODE_SMS,
+//   TESSERA_CUDA_BATCH_DECODE_CLAIMS, TESSERA_CUDA_BACKWARD_TAIL_PIECES,
+//   TESSERA_CUDA_FORWARD_SPLIT_TAIL, TESSERA_CUDA_FP8_V_TRANSPOSE.
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
 // a misspelt override must not silently run the default path.

@@ -98,21 +98,39 @@ TEST(ForwardSplitTail, ForcedAndOff) {
 }
 
 // Where the FP8 forward's V^T pass pays (src/cuda/sm90/forward/fp8_v_transpose_plan.h): the
-// bench shapes on the H200 (m_blocks x group), each on the side its measurement fell.
+// bench shapes on the H200, each on the side its measurement fell, and the visit counts.
 TEST(Fp8VTransposePlan, BenchShapes) {
+  using cuda::sm90::fp8_query_tiles_per_kv_tile;
   using cuda::sm90::fp8_v_transpose_pays;
-  EXPECT_TRUE(fp8_v_transpose_pays(86, 1, false));   // d128 16k: 0.971
-  EXPECT_TRUE(fp8_v_transpose_pays(86, 1, true));    // d128 16k causal: 0.996
-  EXPECT_TRUE(fp8_v_transpose_pays(128, 1, false));  // d256 16k: 0.938
-  EXPECT_TRUE(fp8_v_transpose_pays(128, 1, true));   // d256 16k causal: 0.960
-  EXPECT_TRUE(fp8_v_transpose_pays(32, 1, false));   // d256 4k: 0.960
-  EXPECT_FALSE(fp8_v_transpose_pays(32, 1, true));   // d256 4k causal: 1.088
-  EXPECT_FALSE(fp8_v_transpose_pays(22, 1, false));  // d128 4k: 1.039
-  EXPECT_FALSE(fp8_v_transpose_pays(22, 1, true));
-  EXPECT_FALSE(fp8_v_transpose_pays(6, 1, false));   // 1k: 1.24-1.32
-  EXPECT_FALSE(fp8_v_transpose_pays(8, 1, true));
-  EXPECT_TRUE(fp8_v_transpose_pays(6, 8, false));    // GQA 8: each V tile serves 8 query heads
-  EXPECT_FALSE(fp8_v_transpose_pays(0, 8, false));
+  auto pays = [](long long m_blocks, long long block_m, bool causal, long long group = 1) {
+    return fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(m_blocks, block_m, 128, causal, -1, -1), group);
+  };
+  EXPECT_TRUE(pays(86, 192, false));   // d128 16k: 0.971
+  EXPECT_TRUE(pays(86, 192, true));    // d128 16k causal (43 visits): 0.996
+  EXPECT_TRUE(pays(128, 128, false));  // d256 16k: 0.938
+  EXPECT_TRUE(pays(128, 128, true));   // d256 16k causal (64): 0.960
+  EXPECT_TRUE(pays(32, 128, false));   // d256 4k: 0.960
+  EXPECT_FALSE(pays(32, 128, true));   // d256 4k causal (16): 1.088
+  EXPECT_FALSE(pays(22, 192, false));  // d128 4k: 1.039
+  EXPECT_FALSE(pays(22, 192, true));
+  EXPECT_FALSE(pays(6, 192, false));   // 1k: 1.24-1.32
+  EXPECT_FALSE(pays(8, 128, true));
+  EXPECT_TRUE(pays(4, 192, false, 8));  // GQA 8: each V tile serves 8 query heads
+  EXPECT_FALSE(pays(0, 192, false, 8));
+}
+
+TEST(Fp8VTransposePlan, VisitsUnderMasks) {
+  using cuda::sm90::fp8_query_tiles_per_kv_tile;
+  EXPECT_EQ(fp8_query_tiles_per_kv_tile(86, 192, 128, false, -1, -1), 86);  // every query tile
+  EXPECT_EQ(fp8_query_tiles_per_kv_tile(86, 192, 128, true, -1, -1), 43);   // causal: half on average
+  EXPECT_EQ(fp8_query_tiles_per_kv_tile(87, 192, 128, false, 100, -1), 44); // one side open: the same
+  EXPECT_EQ(fp8_query_tiles_per_kv_tile(86, 192, 128, false, -1, 0), 43);
+  // A band: the query tiles whose rows reach a 128-key tile. Causal with 128 keys to the left:
+  // (128 + 0 + 128 + 191) / 192 + 1 = 3 of 86, so 16k with a short window does not pay.
+  EXPECT_EQ(fp8_query_tiles_per_kv_tile(86, 192, 128, true, 128, -1), 3);
+  EXPECT_FALSE(cuda::sm90::fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(86, 192, 128, true, 128, -1), 1));
+  EXPECT_EQ(fp8_query_tiles_per_kv_tile(86, 192, 128, false, 1000, 1000), 13);  // (2128 + 191) / 192 + 1
+  EXPECT_EQ(fp8_query_tiles_per_kv_tile(4, 192, 128, false, 1000, 1000), 4);    // at most every query tile
 }
 
 }  // namespace

@@ -25,6 +25,9 @@
 #include "cpu/reference.h"
 #include "cuda/common/scratch_pool.h"
 #include "cuda/sm90/forward/split_tail_plan.h"
+#if defined(TESSERA_HAS_SM90_KERNELS)
+#include "cuda/sm90/forward/fp8_v_transpose.h"
+#endif
 #include "math/dtype_convert.h"
 #include "gpu/gpu_support.h"
 #include "support/test_support.h"
@@ -166,20 +169,76 @@ TEST_P(CudaFp8Grid, MatchesOracleWithinRule) {
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaFp8Grid, ::testing::ValuesIn(grid()),
                          [](const ::testing::TestParamInfo<CaseSpec>& info) { return "case" + std::to_string(info.index); });
 
+#if defined(TESSERA_HAS_SM90_KERNELS)
+// The V^T pass itself (fp8_v_transpose.h) against a host transpose of the same bytes: every byte
+// of a poisoned workspace, the keys past seq_k (zero) included, in the P fragments' key order.
+// V has padded row, head and batch strides, and its gaps and a margin on either side hold 0x7F
+// (an e4m3 NaN), so that a byte read from outside V shows.
+TEST(CudaFp8, VTransposePassWritesWhatThePVProductReads) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  auto rng = fresh_rng();
+  // Logical key l of a 128-key tile holds key phys(l) (kernel.cuh, pack_weights_e4m3).
+  auto phys = [](int l) {
+    const int within = l % 32, qq = (within % 16) / 4, i = within % 4;
+    return 32 * (l / 32) + 16 * (within / 16) + 2 * qq + (i & 1) + 8 * (i >> 1);
+  };
+  struct Shape {
+    int d, seq_k, heads, batch;
+  };
+  for (const Shape& sh : {Shape{128, 1, 1, 1}, Shape{128, 300, 3, 2}, Shape{256, 129, 2, 2}, Shape{256, 17, 1, 3},
+                          Shape{128, 1023, 2, 1}}) {
+    SCOPED_TRACE("d " + std::to_string(sh.d) + " seq_k " + std::to_string(sh.seq_k) + " heads " +
+                 std::to_string(sh.heads) + " batch " + std::to_string(sh.batch));
+    const std::int64_t head = sh.d + 16, row = sh.heads * head + 32, batch = sh.seq_k * row + 64, margin = 256;
+    std::vector<std::uint8_t> v(static_cast<std::size_t>(2 * margin + sh.batch * batch), 0x7F);
+    std::uniform_int_distribution<int> byte(0, 255);
+    auto at = [&](int b, int k, int h, int n) -> std::uint8_t& { return v[margin + b * batch + k * row + h * head + n]; };
+    for (int b = 0; b < sh.batch; ++b)
+      for (int k = 0; k < sh.seq_k; ++k)
+        for (int h = 0; h < sh.heads; ++h)
+          for (int n = 0; n < sh.d; ++n) at(b, k, h, n) = static_cast<std::uint8_t>(byte(rng));
+    const std::int64_t pitch = tessera::cuda::sm90::fp8_vt_pitch(sh.seq_k);
+    const std::size_t out_bytes = static_cast<std::size_t>(sh.batch * sh.heads * sh.d * pitch);
+    DeviceBuffer<std::uint8_t> dv(v), out(out_bytes, 0xAB);
+    ASSERT_TRUE(tessera::cuda::sm90::fp8_v_transpose_supported(dv.get() + margin, row, head, batch, sh.seq_k, sh.heads,
+                                                               sh.batch, sh.d));
+    TESSERA_TEST_CUDA(tessera::cuda::sm90::launch_fp8_v_transpose(dv.get() + margin, row, head, batch, sh.seq_k,
+                                                                  sh.heads, sh.batch, sh.d, out.get(), nullptr));
+    const std::vector<std::uint8_t> got = out.read();
+    std::size_t wrong = 0;
+    for (int b = 0; b < sh.batch; ++b)
+      for (int h = 0; h < sh.heads; ++h)
+        for (int n = 0; n < sh.d; ++n)
+          for (std::int64_t key = 0; key < pitch; ++key) {
+            const int k = static_cast<int>(key / 128 * 128) + phys(static_cast<int>(key % 128));
+            const std::uint8_t want = k < sh.seq_k ? at(b, k, h, n) : 0;
+            wrong += got[static_cast<std::size_t>(((b * sh.heads + h) * sh.d + n) * pitch + key)] != want;
+          }
+    EXPECT_EQ(wrong, 0u) << "bytes of V^T that differ from the host transpose";
+  }
+}
+#endif
+
 // V^T made once per call by a pass into a workspace (TESSERA_CUDA_FP8_V_TRANSPOSE=global; by
 // default where the host rule says it pays) or by the kernel's warps per tile (=kernel; ragged
 // launches always): the same
 // bytes reach the same wgmma, so outputs and LSEs must be bit-identical, over the whole grid
 // (odd key counts: the pass zeroes the keys past seq_k in the last 128-key tile; padded
 // strides; GQA; masks). The pool's high-water mark shows whether the pass's workspace was
-// allocated, i.e. whether the pass ran.
+// allocated, i.e. whether the pass ran. Beyond the grid: a launch whose last round the split
+// tail takes (pass and split together, as at 16k), and a GQA 8 one whose reuse makes the host
+// rule choose the pass by itself (checked without the knob).
 TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   int device = 0;
   TESSERA_TEST_CUDA(cudaGetDevice(&device));
   const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
+  if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no pass";
   auto rng = fresh_rng();
-  for (const CaseSpec& spec : grid()) {
+  std::vector<CaseSpec> specs = grid();
+  specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // 320 tiles of 8 K/V tiles: split tail
+  specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // last: 4 query tiles x group 8 = reuse 32
+  for (const CaseSpec& spec : specs) {
     SCOPED_TRACE(spec.name());
     GpuFp8Case g(spec, rng);
     std::vector<double> out_kernel, lse_kernel;
@@ -190,19 +249,17 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
       lse_kernel = g.host.lse_packed();
     }
     std::uint64_t zero = 0, high = 0;
-    if (pool != nullptr) {
-      TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    {
+      ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", &spec == &specs.back() ? "" : "global");  // the rule / forced
+      g.run();
     }
-    ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", "global");  // the pass wherever it can run
-    g.run();
-    if (pool != nullptr) {
-      TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-      const AttentionParams p = g.host.forward_params();
-      const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
-                                     ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
-      if (!spec.ragged() && p.seq_k > 0) {
-        EXPECT_GE(high, vt_bytes) << "the pass's workspace was not allocated";
-      }
+    TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    const AttentionParams p = g.host.forward_params();
+    const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
+                                   ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
+    if (!spec.ragged() && p.seq_k > 0) {
+      EXPECT_GE(high, vt_bytes) << "the pass's workspace was not allocated";
     }
     EXPECT_TRUE(g.host.out.margins_intact());
     EXPECT_TRUE(g.host.lse.margins_intact());

@@ -70,10 +70,11 @@ class NamedBar:
             self.gen += 1
 
 
-def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
+def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False):
     """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
-    consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB); agents are
-    generators advanced in random order, TMA copies land at random later times."""
+    consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB), vt_global: FP8
+    with V^T loaded by the producer's TMA instead of transposed by warps; agents are generators
+    advanced in random order, TMA copies land at random later times."""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(QB)]
     q_empty = [MBar(W) for _ in range(QB)]
@@ -81,7 +82,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
     k_empty = [MBar(4 * W) for _ in range(S)]
     v_full = [MBar(1) for _ in range(S)]
     v_empty = [MBar(3 if fp8 else 4 * W) for _ in range(S)]
-    vt_full = [MBar(3) for _ in range(S)]
+    vt_full = [MBar(1 if vt_global else 3) for _ in range(S)]
     vt_empty = [MBar(4 * W) for _ in range(S)]
     turn = [NamedBar(256) for _ in range(W)]
     # The tile ring: the producer publishes each tile it takes (and finally an end marker) in
@@ -151,6 +152,14 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
                 tma(lambda st=st, tag=(t, i): (kbuf.__setitem__(st, tag), k_full[st].complete_tx(1)))
                 if i == 0:
                     yield from load_q()
+                if fp8 and vt_global:  # V^T from global memory by TMA (FwdArgs::vt_global): no transposer
+                    while not vt_empty[st].try_wait(par):
+                        yield
+                    vt_full[st].expect_tx(1)
+                    vt_full[st].arrive()
+                    tma(lambda st=st, tag=(t, i): (vtbuf.__setitem__(st, tag), vt_full[st].complete_tx(1)))
+                    it += 1
+                    continue
                 while not v_empty[st].try_wait(par):
                     yield
                 v_full[st].expect_tx(1)
@@ -165,6 +174,8 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1):
             assert t == (tiles + [END])[r], ("transposer tile", t, r)
             if t == END:
                 break
+            if vt_global:  # only the tile ring to keep up with
+                continue
             for i in range(ntiles_of(t)):
                 st = it % S
                 par = (it // S) & 1
@@ -293,3 +304,5 @@ def test_protocol_random_schedule(seed):
     # Two Q buffers where shared memory allows (d64, d128 masked and unmasked, fp8 d128).
     q_buffers = rnd.choice([1, 2])
     run(tiles, lambda t: lens[t], stages, seed, fp8=fp8, W=warpgroups, QB=q_buffers)
+    # FP8 with V^T loaded by TMA from the pass's workspace (fp8_v_transpose.h).
+    run(tiles, lambda t: lens[t], stages, seed + 7777, fp8=True, W=warpgroups, QB=q_buffers, vt_global=True)

@@ -18,8 +18,9 @@ namespace tessera::cuda::sm90 {
 // past seq_k, so a tile never reads past the row).
 inline std::int64_t fp8_vt_pitch(std::int64_t seq_k) { return (seq_k + 127) / 128 * 128; }
 
-// Whether the pass can read V with 16-byte loads: the base and every stride that is used (of a
-// dimension with more than one entry) a multiple of 16 bytes.
+// Whether the pass can take this V: 128 or 256 columns, heads and sequences within the grid's
+// y / z limits, and the base and every stride in use (of a dimension with more than one entry) a
+// multiple of 16 bytes (which V's own tensor map already requires: a check that costs nothing).
 bool fp8_v_transpose_supported(const void* v, std::int64_t row, std::int64_t head, std::int64_t batch, int seq_k,
                                int heads_kv, int batch_size, int head_dim);
 

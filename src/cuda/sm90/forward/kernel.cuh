@@ -225,8 +225,9 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 // kMasked: the instance for causal / sliding-window problems (per-row key ranges); otherwise
 // every row sees keys [0, k_len) and only the tail tile needs a mask.
 // T: __half, __nv_bfloat16, or __nv_fp8_e4m3 (FP8: inputs times per-(sequence, kv head)
-// descales, P scaled by 2^8 into e4m3 range and rounded, V transposed in shared memory by three
-// producer warps, bf16 output).
+// descales, P scaled by 2^8 into e4m3 range and rounded, V^T either loaded by TMA from the pass
+// of fp8_v_transpose.h (FwdArgs::vt_global) or transposed in shared memory by three producer
+// warps, bf16 output).
 template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0>
 __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs>::kThreads, 1)
     forward_kernel(const __grid_constant__ FwdArgs a) {

@@ -213,20 +213,24 @@ bool run_forward(const AttentionParams& p) {
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, p.device.index));
   if (fp8) {
     // V^T once per call into a workspace (fp8_v_transpose.h) where that pays (fp8_v_transpose_plan.h)
-    // and can be: dense, a 16-byte aligned V, memory in the scratch pool; else the kernel's warps
+    // and can be: dense, memory in the scratch pool, a describable map; else the kernel's warps
     // transpose every tile.
-    // The workspace goes back to the pool in stream order after the launch, error or not.
+    // The workspace goes back to the pool in stream order after the launch (a failed free is
+    // reported there), or here if the launch throws (its error is the one to report).
     struct Workspace {
       void* ptr = nullptr;
       cudaStream_t stream = nullptr;
       ~Workspace() {
-        if (ptr != nullptr) (void)cudaFreeAsync(ptr, stream);
+        if (ptr != nullptr && cudaFreeAsync(ptr, stream) != cudaSuccess) (void)cudaGetLastError();
       }
     } vt;
     vt.stream = static_cast<cudaStream_t>(p.stream);
     const dispatch::Fp8VTranspose where = dispatch::fp8_v_transpose_override();
     const bool pass = where == dispatch::Fp8VTranspose::global ||
-                      (where == dispatch::Fp8VTranspose::automatic && fp8_v_transpose_pays(a.m_blocks, a.group, masked));
+                      (where == dispatch::Fp8VTranspose::automatic &&
+                       fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(a.m_blocks, box_m, box_n, p.mask.causal,
+                                                                        p.mask.window_left, p.mask.window_right),
+                                            a.group));
     if (pass && !ragged && p.seq_k > 0 &&
         fp8_v_transpose_supported(p.v.ptr, p.v.row, p.v.head, p.v.batch, p.seq_k, p.heads_kv, p.batch, p.head_dim)) {
       const std::int64_t pitch = fp8_vt_pitch(p.seq_k);
@@ -256,6 +260,11 @@ bool run_forward(const AttentionParams& p) {
       }
     }
     launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms);
+    if (vt.ptr != nullptr) {
+      void* ws = vt.ptr;
+      vt.ptr = nullptr;
+      TESSERA_CUDA_CHECK(cudaFreeAsync(ws, vt.stream));
+    }
   } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms);
   else launch_for_head_dim<__half>(a, p, masked_instance, num_sms);
   return true;
