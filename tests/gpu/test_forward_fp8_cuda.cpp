@@ -135,6 +135,30 @@ std::vector<CaseSpec> grid() {
   };
 }
 
+// What every FP8 run must show: every element written and finite, the margins untouched, and O
+// and the LSE within the rule against the oracle (the naive fp8 baseline's error printed beside).
+void expect_matches_oracle(const GpuFp8Case& g, const std::string& label) {
+  EXPECT_EQ(g.host.out.count_nan(), 0);
+  EXPECT_EQ(g.host.lse.count_nan(), 0);
+  EXPECT_TRUE(g.host.out.margins_intact());
+  EXPECT_TRUE(g.host.lse.margins_intact());
+  const AttentionParams p = g.host.forward_params();
+  const auto oracle = cpu::reference::forward(p);
+  std::vector<double> naive_lse;
+  const auto naive = naive_fp8_forward(p, &naive_lse);
+  const ErrorStats got = error_stats(g.host.out_packed(), oracle.o);
+  const ErrorStats base = error_stats(naive, oracle.o);
+  const double tol_o = tolerance(naive, oracle.o, p.out_dtype());
+  std::printf("[ fp8 cuda ] %s: out max %.3g rmse %.3g | naive fp8 max %.3g rmse %.3g | bound %.3g (max|o| %.3g)\n",
+              label.c_str(), got.max_abs, got.rmse, base.max_abs, base.rmse, tol_o, max_abs(oracle.o));
+  EXPECT_LE(got.max_abs, tol_o) << "naive error " << base.max_abs;
+  const double tol_l = tolerance(naive_lse, oracle.lse, DType::f32) + fp8_accumulation_floor(p);
+  const ErrorStats lse = error_stats(g.host.lse_packed(), oracle.lse);
+  std::printf("[ fp8 cuda ]   lse max %.3g rmse %.3g | bound %.3g (fp8 accumulation floor %.3g)\n", lse.max_abs,
+              lse.rmse, tol_l, fp8_accumulation_floor(p));
+  EXPECT_LE(lse.max_abs, tol_l) << "naive error " << max_abs_error(naive_lse, oracle.lse);
+}
+
 class CudaFp8Grid : public ::testing::TestWithParam<CaseSpec> {};
 
 TEST_P(CudaFp8Grid, MatchesOracleWithinRule) {
@@ -144,26 +168,7 @@ TEST_P(CudaFp8Grid, MatchesOracleWithinRule) {
   auto rng = fresh_rng();
   GpuFp8Case g(spec, rng);
   g.run();
-  EXPECT_EQ(g.host.out.count_nan(), 0);
-  EXPECT_EQ(g.host.lse.count_nan(), 0);
-  EXPECT_TRUE(g.host.out.margins_intact());
-  EXPECT_TRUE(g.host.lse.margins_intact());
-
-  const AttentionParams p = g.host.forward_params();
-  const auto oracle = cpu::reference::forward(p);
-  std::vector<double> naive_lse;
-  const auto naive = naive_fp8_forward(p, &naive_lse);
-  const ErrorStats got = error_stats(g.host.out_packed(), oracle.o);
-  const ErrorStats base = error_stats(naive, oracle.o);
-  const double tol_o = tolerance(naive, oracle.o, p.out_dtype());
-  std::printf("[ fp8 cuda ] %s: out max %.3g rmse %.3g | naive fp8 max %.3g rmse %.3g | bound %.3g (max|o| %.3g)\n",
-              spec.name().c_str(), got.max_abs, got.rmse, base.max_abs, base.rmse, tol_o, max_abs(oracle.o));
-  EXPECT_LE(got.max_abs, tol_o) << "naive error " << base.max_abs;
-  const double tol_l = tolerance(naive_lse, oracle.lse, DType::f32) + fp8_accumulation_floor(p);
-  const ErrorStats lse = error_stats(g.host.lse_packed(), oracle.lse);
-  std::printf("[ fp8 cuda ]   lse max %.3g rmse %.3g | bound %.3g (fp8 accumulation floor %.3g)\n", lse.max_abs,
-              lse.rmse, tol_l, fp8_accumulation_floor(p));
-  EXPECT_LE(lse.max_abs, tol_l) << "naive error " << max_abs_error(naive_lse, oracle.lse);
+  expect_matches_oracle(g, spec.name());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaFp8Grid, ::testing::ValuesIn(grid()),
@@ -323,22 +328,7 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
     const std::uint64_t workspace = c.halves_of * 2ull * bm * (spec.head_dim + 1) * sizeof(float);
     if (c.halves_of > 0) EXPECT_GE(high, workspace) << "the split's workspace was not allocated";
     else EXPECT_LT(high, 2ull * bm * (spec.head_dim + 1) * sizeof(float)) << "a split ran";
-    EXPECT_EQ(g.host.out.count_nan(), 0);
-    EXPECT_EQ(g.host.lse.count_nan(), 0);
-    EXPECT_TRUE(g.host.out.margins_intact());
-    EXPECT_TRUE(g.host.lse.margins_intact());
-    const AttentionParams p = g.host.forward_params();
-    const auto oracle = cpu::reference::forward(p);
-    std::vector<double> naive_lse;
-    const auto naive = naive_fp8_forward(p, &naive_lse);
-    const ErrorStats got = error_stats(g.host.out_packed(), oracle.o);
-    const double tol_o = tolerance(naive, oracle.o, p.out_dtype());
-    const ErrorStats lse = error_stats(g.host.lse_packed(), oracle.lse);
-    const double tol_l = tolerance(naive_lse, oracle.lse, DType::f32) + fp8_accumulation_floor(p);
-    std::printf("[ fp8 cuda ] split %s %s: out max %.3g (bound %.3g), lse max %.3g (bound %.3g)\n", c.knob,
-                spec.name().c_str(), got.max_abs, tol_o, lse.max_abs, tol_l);
-    EXPECT_LE(got.max_abs, tol_o);
-    EXPECT_LE(lse.max_abs, tol_l);
+    expect_matches_oracle(g, std::string("split ") + c.knob + " " + spec.name());
   }
 }
 
