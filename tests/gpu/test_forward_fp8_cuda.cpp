@@ -52,18 +52,22 @@ struct GpuFp8Case {
     if (host.descale_v.numel() > 0) dv = DeviceTensor(host.descale_v);
   }
 
-  void run() {
-    out.poison(host.out);
-    lse.poison(host.lse);
+  // The call alone, on ctx's stream (no poison, no synchronization: capturable).
+  void launch(const ExecutionContext& ctx = {}) {
     Fp8Descale d;
     if (host.descale_q.numel() > 0) d.q = dq.view();
     if (host.descale_k.numel() > 0) d.k = dk.view();
     if (host.descale_v.numel() > 0) d.v = dv.view();
     if (host.spec.ragged())
       attention_forward_fp8_ragged(q.view(), k.view(), v.view(), cu_q.view(), cu_k.view(), d, out.view(), lse.view(),
-                                   host.options());
+                                   host.options(), ctx);
     else
-      attention_forward_fp8(q.view(), k.view(), v.view(), d, out.view(), lse.view(), host.options());
+      attention_forward_fp8(q.view(), k.view(), v.view(), d, out.view(), lse.view(), host.options(), ctx);
+  }
+  void run() {
+    out.poison(host.out);
+    lse.poison(host.lse);
+    launch();
     TESSERA_TEST_CUDA(cudaDeviceSynchronize());
     out.download(host.out);
     lse.download(host.lse);
@@ -330,6 +334,47 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
     else EXPECT_LT(high, 2ull * bm * (spec.head_dim + 1) * sizeof(float)) << "a split ran";
     expect_matches_oracle(g, std::string("split ") + c.knob + " " + spec.name());
   }
+}
+
+// The V^T pass and a split tail (both forced) captured in a CUDA graph: the pass is a node and
+// both workspaces are graph memory nodes, so a replay after V changed must give the bytes of an
+// eager call on the new V, replay after replay.
+TEST(CudaFp8, GraphReplaysWithPassAndSplitMatchEagerCalls) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  ScopedEnv vt("TESSERA_CUDA_FP8_V_TRANSPOSE", "global");
+  ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", "50");
+  auto rng = fresh_rng();
+  const CaseSpec spec = dense_fp8(40, 129, 1023, 8, 2, 128, opts(false));
+  GpuFp8Case g(spec, rng);
+  const AttentionCase other(spec, rng);  // another V, swapped in between replays
+  cudaStream_t stream = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamCreate(&stream));
+  ExecutionContext ctx;
+  ctx.stream = stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  g.launch(ctx);
+  TESSERA_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 4; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    g.v.upload(replay % 2 == 0 ? g.host.v : other.v);
+    g.run();  // eager, on the default stream
+    EXPECT_EQ(g.host.out.count_nan(), 0);
+    const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
+    g.out.poison(g.host.out);
+    g.lse.poison(g.host.lse);
+    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+    g.out.download(g.host.out);
+    g.lse.download(g.host.lse);
+    EXPECT_TRUE(o_eager == g.host.out.bytes());
+    EXPECT_TRUE(l_eager == g.host.lse.bytes());
+  }
+  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
+  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
+  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
 // Long rows: 8k keys, both head dims (the oracle on a few row blocks is too slow here, so the
