@@ -74,27 +74,42 @@ TEST(TailPlan, ForcedPiecesTakeTheLastQuarterAndKeepOneMainTile) {
 }
 
 // The FP8 forward's split tail (src/cuda/sm90/forward/split_tail_plan.h).
-TEST(ForwardSplitTail, SixteenKFp8D128SplitsItsLastRound) {
-  // 16k tokens, d128, 16 heads, 192-row tiles: 86 tiles per head, 1376 on 132 CTAs, 128 K/V tiles.
-  EXPECT_EQ(cuda::sm90::forward_split_tail(1376, 132, 128, -1), 56);  // 10 rounds + 56 -> 10.5 rounds
+std::pair<long long, int> split(long long tiles, long long ctas, long long kv_tiles, int forced = -1, int parts = 2) {
+  const cuda::sm90::SplitTail t = cuda::sm90::forward_split_tail(tiles, ctas, kv_tiles, forced, parts);
+  return {t.tiles, t.parts};
+}
+using P = std::pair<long long, int>;
+
+TEST(ForwardSplitTail, BenchShapesAtSixteenK) {
+  // FP8 d128, 16 heads, 192-row tiles: 86 tiles per head, 1376 on 132 CTAs, 128 K/V tiles: 56
+  // left, halves -> 10.5 rounds.
+  EXPECT_EQ(split(1376, 132, 128), P(56, 2));
+  // FP8 d256, 8 heads, 128-row tiles: 1024 tiles, 100 left: 2-4 parts fill a whole round, 5 parts
+  // 4 / 5 of one (6 parts 5 / 6, 7 parts 6 / 7, 8 parts 7 / 8).
+  EXPECT_EQ(split(1024, 132, 128), P(100, 5));
 }
 
-TEST(ForwardSplitTail, NoneWhereTheLastRoundIsFullOrMoreThanHalf) {
-  EXPECT_EQ(cuda::sm90::forward_split_tail(1320, 132, 128, -1), 0);  // whole rounds
-  EXPECT_EQ(cuda::sm90::forward_split_tail(1408, 132, 32, -1), 0);  // 88 left: two halves each would not fit one round
-  EXPECT_EQ(cuda::sm90::forward_split_tail(1386, 132, 128, -1), 66);  // exactly half a round left
-  EXPECT_EQ(cuda::sm90::forward_split_tail(1387, 132, 128, -1), 0);
-  EXPECT_EQ(cuda::sm90::forward_split_tail(100, 100, 128, -1), 0);  // one round (fewer tiles than SMs: ctas = tiles)
-  EXPECT_EQ(cuda::sm90::forward_split_tail(0, 132, 128, -1), 0);
-  EXPECT_EQ(cuda::sm90::forward_split_tail(320, 132, 3, -1), 0);  // 3 K/V tiles: not worth the merge
-  EXPECT_EQ(cuda::sm90::forward_split_tail(320, 132, 8, -1), 56);
+TEST(ForwardSplitTail, PartsAndTheirLimits) {
+  EXPECT_EQ(split(1320, 132, 128), P(0, 1));    // whole rounds
+  EXPECT_EQ(split(1386, 132, 128), P(66, 2));   // exactly half a round left: halves
+  EXPECT_EQ(split(1387, 132, 128), P(67, 5));   // 67: halves take a round, 5 parts 3 / 5 (+ 0.1 merge)
+  EXPECT_EQ(split(1408, 132, 32), P(88, 3));    // FP8 d128 4k: 88 left, thirds 2 / 3 (+ 0.24 merge)
+  EXPECT_EQ(split(1024, 132, 32), P(0, 1));     // FP8 d256 4k: five parts' merge (0.4) outweighs 0.2
+  EXPECT_EQ(split(1024, 132, 80), P(0, 1));     // ... and still saves less than 5 % at 80 K/V tiles
+  EXPECT_EQ(split(1448, 132, 128), P(0, 1));    // 128 left: no k shortens the round enough
+  EXPECT_EQ(split(100, 100, 128), P(0, 1));     // one round (fewer tiles than SMs: ctas = tiles)
+  EXPECT_EQ(split(0, 132, 128), P(0, 1));
+  EXPECT_EQ(split(320, 132, 7), P(0, 1));       // fewer than 8 K/V tiles: never
+  EXPECT_EQ(split(320, 132, 8), P(0, 1));       // 8: halves' merge (0.64 of such a short round) outweighs 0.5
+  EXPECT_EQ(split(320, 132, 16), P(56, 2));
 }
 
 TEST(ForwardSplitTail, ForcedAndOff) {
-  EXPECT_EQ(cuda::sm90::forward_split_tail(1376, 132, 128, 0), 0);
-  EXPECT_EQ(cuda::sm90::forward_split_tail(1376, 132, 128, 3), 3);
-  EXPECT_EQ(cuda::sm90::forward_split_tail(5, 5, 1, 8), 5);  // capped at the tiles, whatever the K/V tiles
-  EXPECT_EQ(cuda::sm90::forward_split_tail(0, 132, 128, 8), 0);
+  EXPECT_EQ(split(1376, 132, 128, 0), P(0, 1));
+  EXPECT_EQ(split(1376, 132, 128, 3), P(3, 2));
+  EXPECT_EQ(split(1376, 132, 128, 3, 5), P(3, 5));
+  EXPECT_EQ(split(5, 5, 1, 8, 8), P(5, 8));  // capped at the tiles, whatever the K/V tiles
+  EXPECT_EQ(split(0, 132, 128, 8), P(0, 1));
 }
 
 // Where the FP8 forward's V^T pass pays (src/cuda/sm90/forward/fp8_v_transpose_plan.h): the

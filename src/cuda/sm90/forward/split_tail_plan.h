@@ -1,30 +1,61 @@
-// Which of a dense, unmasked FP8 forward launch's tiles run split over their K/V tiles (host
-// only; CPU-tested in tests/cpu/test_tail_plan.cpp). A persistent launch of `tiles` equal tiles on
-// `ctas` CTAs runs ceil(tiles / ctas) rounds; where its last round holds at most ctas / 2 tiles,
-// those tiles run as two halves each (K/V tiles [0, n / 2) and [n / 2, n)), so the last round
-// takes half as long, and a merge kernel combines the halves (split_merge.cuh). At 16k tokens
-// FP8 d128 runs 1376 tiles on 132 CTAs: 10 rounds and 56 tiles, i.e. 10.5 rounds instead of 11.
+// Which of a dense, unmasked FP8 forward launch's tiles run split over their K/V tiles, and in
+// how many parts (host only; CPU-tested in tests/cpu/test_tail_plan.cpp). A persistent launch of
+// `tiles` equal tiles on `ctas` CTAs runs ceil(tiles / ctas) rounds; the last one holds
+// left = tiles mod ctas tiles. Run as k parts each (K/V tiles [n h / k, n (h + 1) / k)), they
+// take ceil(left k / ctas) rounds of 1 / k, and a merge kernel combines the parts
+// (split_merge.cuh), which costs about kMergeRoundsPerPart of a 128-K/V-tile round per part
+// (the parts' fp32 rows read back: 100 tiles x 5 parts x 128 KB at d256 16k, ~20 us of a ~256 us
+// round, plus the launch). The plan takes the k in 1 .. kSplitMaxParts with the shortest last
+// round plus merge, if that saves at least kSplitMinSaving of a round:
+//   FP8 d128 16k: 1376 tiles on 132 CTAs, 56 left: halves, 10.5 rounds instead of 11 (measured
+//   0.975 of the unsplit time, seventeenth session; 7 parts would take 3 / 7 but merge 3.5x more);
+//   FP8 d256 16k: 1024 tiles, 100 left: two to four parts fill no fewer rounds, five parts take
+//   4 / 5 of one (7.8 rounds instead of 8).
 #pragma once
 
 namespace tessera::cuda::sm90 {
 
-// Tiles of at least kSplitMinKvTiles K/V tiles each: with fewer, halving a tile saves less than
-// the halves' extra epilogue, the workspace round trip and the merge launch cost (one K/V tile:
-// half 0 would be empty). A launch of one round (tiles <= ctas) is left alone: its tiles are
-// all in that round, and splitting them over K is the serving kernels' split-KV, not this.
-// Splitting changes the rounding of a row (each half rounds P to e4m3 against its own running
-// max), and whether a tile is in the split tail depends on the launch's tile count: set
-// TESSERA_CUDA_FORWARD_SPLIT_TAIL=0 where a row's bits must not depend on the batch.
-constexpr long long kSplitMinKvTiles = 8;
+struct SplitTail {
+  long long tiles = 0;  // the last `tiles` tiles are split (0: none)
+  int parts = 1;
+};
 
-// kv_tiles: K/V tiles per tile (ceil(seq_k / kBlockN)). forced: TESSERA_CUDA_FORWARD_SPLIT_TAIL
-// (dispatch::forward_split_tail_override): -1 the rule above, 0 never, n >= 1 the last n tiles of
-// any dense unmasked FP8 launch (capped at tiles; tests, A/Bs).
-inline long long forward_split_tail(long long tiles, long long ctas, long long kv_tiles, int forced) {
-  if (tiles <= 0 || ctas <= 0) return 0;
-  if (forced >= 0) return forced < tiles ? forced : tiles;
+constexpr int kSplitMaxParts = 8;
+// K/V tiles a tile needs before it is split: at least 8, and 2 per part (one K/V tile would leave
+// a part empty; with fewer, a part saves less than its extra epilogue).
+constexpr long long kSplitMinKvTiles = 8;
+constexpr double kMergeRoundsPerPart = 0.02;  // per part, in rounds of 128 K/V tiles (see above)
+constexpr double kSplitMinSaving = 0.05;      // of a round
+
+// kv_tiles: K/V tiles per tile (ceil(seq_k / kBlockN)). forced_tiles:
+// TESSERA_CUDA_FORWARD_SPLIT_TAIL's tile count (dispatch::forward_split_tail_override): -1 the
+// rule above, 0 never, n >= 1 the last n tiles (capped at tiles) in forced_parts parts, whatever
+// the shape (tests, A/Bs). A launch of one round (tiles <= ctas) is never split by the rule: its
+// tiles are all in that round, and splitting them over K is the serving kernels' split-KV.
+// Splitting changes the rounding of a row (each part rounds P to e4m3 against its own running
+// max), and whether a tile is split depends on the launch's tile count: set
+// TESSERA_CUDA_FORWARD_SPLIT_TAIL=0 where a row's bits must not depend on the batch.
+inline SplitTail forward_split_tail(long long tiles, long long ctas, long long kv_tiles, int forced_tiles,
+                                    int forced_parts = 2) {
+  if (tiles <= 0 || ctas <= 0) return {};
+  if (forced_tiles >= 0) {
+    if (forced_tiles == 0) return {};
+    return {forced_tiles < tiles ? forced_tiles : tiles, forced_parts};
+  }
   const long long left = tiles % ctas;
-  return tiles > ctas && left > 0 && 2 * left <= ctas && kv_tiles >= kSplitMinKvTiles ? left : 0;
+  if (tiles <= ctas || left == 0 || kv_tiles < kSplitMinKvTiles) return {};
+  double best = 1.0;  // the last round unsplit
+  int best_parts = 1;
+  for (int k = 2; k <= kSplitMaxParts && kv_tiles >= 2LL * k; ++k) {
+    const double rounds = static_cast<double>((left * k + ctas - 1) / ctas) / k;
+    const double t = rounds + kMergeRoundsPerPart * k * (128.0 / static_cast<double>(kv_tiles));
+    if (t < best) {
+      best = t;
+      best_parts = k;
+    }
+  }
+  if (best_parts == 1 || best > 1.0 - kSplitMinSaving) return {};
+  return {left, best_parts};
 }
 
 }  // namespace tessera::cuda::sm90
