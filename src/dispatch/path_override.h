@@ -122,6 +122,7 @@ inline ForwardSplitTail parse_forward_split_tail(const char* value) {
                              "optionally ':' and a number of parts in [2, 8], or unset, got '") +
                      value + "'");
   };
+  if (*value < '0' || *value > '9') throw bad();  // no sign, no space
   char* end = nullptr;
   const long v = std::strtol(value, &end, 10);
   if (end == value || v < 0 || v > (1L << 20) || (*end != '\0' && *end != ':')) throw bad();

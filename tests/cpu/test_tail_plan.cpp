@@ -85,15 +85,15 @@ TEST(ForwardSplitTail, BenchShapesAtSixteenK) {
   // left, halves -> 10.5 rounds.
   EXPECT_EQ(split(1376, 132, 128), P(56, 2));
   // FP8 d256, 8 heads, 128-row tiles: 1024 tiles, 100 left: 2-4 parts fill a whole round, 5 parts
-  // 4 / 5 of one (6 parts 5 / 6, 7 parts 6 / 7, 8 parts 7 / 8).
+  // (of 25 or 26 K/V tiles) 4 x 26 / 128 of one; 6-8 parts no less, with more merge.
   EXPECT_EQ(split(1024, 132, 128), P(100, 5));
 }
 
 TEST(ForwardSplitTail, PartsAndTheirLimits) {
   EXPECT_EQ(split(1320, 132, 128), P(0, 1));    // whole rounds
   EXPECT_EQ(split(1386, 132, 128), P(66, 2));   // exactly half a round left: halves
-  EXPECT_EQ(split(1387, 132, 128), P(67, 5));   // 67: halves take a round, 5 parts 3 / 5 (+ 0.1 merge)
-  EXPECT_EQ(split(1408, 132, 32), P(88, 3));    // FP8 d128 4k: 88 left, thirds 2 / 3 (+ 0.24 merge)
+  EXPECT_EQ(split(1387, 132, 128), P(67, 5));   // 67: halves take a round, 5 parts 3 x 26 / 128 (+ 0.1 merge)
+  EXPECT_EQ(split(1408, 132, 32), P(88, 3));    // FP8 d128 4k: 88 left, thirds 2 x 11 / 32 (+ 0.24 merge)
   EXPECT_EQ(split(1024, 132, 32), P(0, 1));     // FP8 d256 4k: five parts' merge (0.4) outweighs 0.2
   EXPECT_EQ(split(1024, 132, 80), P(0, 1));     // ... and still saves less than 5 % at 80 K/V tiles
   EXPECT_EQ(split(1448, 132, 128), P(0, 1));    // 128 left: no k shortens the round enough
@@ -109,6 +109,9 @@ TEST(ForwardSplitTail, ForcedAndOff) {
   EXPECT_EQ(split(1376, 132, 128, 3), P(3, 2));
   EXPECT_EQ(split(1376, 132, 128, 3, 5), P(3, 5));
   EXPECT_EQ(split(5, 5, 1, 8, 8), P(5, 8));  // capped at the tiles, whatever the K/V tiles
+  EXPECT_EQ(split(5, 5, 1, 8, 0), P(5, 2));  // forced parts clamped to [2, 8]
+  EXPECT_EQ(split(5, 5, 1, 8, 1), P(5, 2));
+  EXPECT_EQ(split(5, 5, 1, 8, 9), P(5, 8));
   EXPECT_EQ(split(0, 132, 128, 8), P(0, 1));
 }
 

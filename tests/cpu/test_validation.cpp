@@ -639,7 +639,7 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(split("7:8"), std::make_pair(7, 8));
   expect_rejected("TESSERA_CUDA_FORWARD_SPLIT_TAIL", dispatch::parse_forward_split_tail,
                   {"-1", "1048577", "4 ", "x", "3.5", "2abc", "5:1", "5:9", "5:", "5:x", "0:3", ":3", "5:3 ", "5:-3",
-                   "5:3:2"});
+                   "5:3:2", " 5", "+5", "-0", " 5:3", "+5:3"});
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);

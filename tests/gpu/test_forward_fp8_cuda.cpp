@@ -245,11 +245,15 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no pass";
   auto rng = fresh_rng();
   std::vector<CaseSpec> specs = grid();
-  specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // 320 tiles of 8 K/V tiles: split tail
+  const std::size_t split_spec = specs.size();
+  specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // split tail forced: 50 tiles in 5 parts
   specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // last: 4 query tiles x group 8 = reuse 32
   for (const CaseSpec& spec : specs) {
     SCOPED_TRACE(spec.name());
     GpuFp8Case g(spec, rng);
+    // Pass and split tail together: V^T loaded by TMA at the parts' K/V offsets.
+    const bool split = &spec == &specs[split_spec];
+    ScopedEnv split_tail("TESSERA_CUDA_FORWARD_SPLIT_TAIL", split ? "50:5" : "0");
     std::vector<double> out_kernel, lse_kernel;
     {
       ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", "kernel");
@@ -267,8 +271,9 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
     const AttentionParams p = g.host.forward_params();
     const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
                                    ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
+    const std::uint64_t split_bytes = split ? 50ull * 5 * 192 * (p.head_dim + 1) * sizeof(float) : 0;
     if (!spec.ragged() && p.seq_k > 0) {
-      EXPECT_GE(high, vt_bytes) << "the pass's workspace was not allocated";
+      EXPECT_GE(high, vt_bytes + split_bytes) << "the pass's (and the split's) workspace was not allocated";
     }
     EXPECT_TRUE(g.host.out.margins_intact());
     EXPECT_TRUE(g.host.lse.margins_intact());

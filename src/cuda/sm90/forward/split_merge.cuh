@@ -33,7 +33,8 @@ __global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const _
   float2 acc[D / 64];
 #pragma unroll
   for (int k = 0; k < D / 64; ++k) acc[k] = make_float2(0.0f, 0.0f);
-  for (int h = 0; h < a.split_parts; ++h) {
+#pragma unroll 2
+  for (int h = 0; h < a.split_parts; ++h) {  // (unrolled by 2: halves, the common case, load at once)
     const std::int64_t slot = (static_cast<std::int64_t>(j) * a.split_parts + h) * BM + r;
     float scale_old, weight_new;
     merger.add(a.split_lse[slot], &scale_old, &weight_new);

@@ -2,15 +2,15 @@
 // how many parts (host only; CPU-tested in tests/cpu/test_tail_plan.cpp). A persistent launch of
 // `tiles` equal tiles on `ctas` CTAs runs ceil(tiles / ctas) rounds; the last one holds
 // left = tiles mod ctas tiles. Run as k parts each (K/V tiles [n h / k, n (h + 1) / k)), they
-// take ceil(left k / ctas) rounds of 1 / k, and a merge kernel combines the parts
+// take ceil(left k / ctas) rounds of at most ceil(n / k) / n, and a merge kernel combines the parts
 // (split_merge.cuh), which costs about kMergeRoundsPerPart of a 128-K/V-tile round per part
 // (the parts' fp32 rows read back: 100 tiles x 5 parts x 128 KB at d256 16k, ~20 us of a ~256 us
 // round, plus the launch). The plan takes the k in 1 .. kSplitMaxParts with the shortest last
 // round plus merge, if that saves at least kSplitMinSaving of a round:
 //   FP8 d128 16k: 1376 tiles on 132 CTAs, 56 left: halves, 10.5 rounds instead of 11 (measured
 //   0.975 of the unsplit time, seventeenth session; 7 parts would take 3 / 7 but merge 3.5x more);
-//   FP8 d256 16k: 1024 tiles, 100 left: two to four parts fill no fewer rounds, five parts take
-//   4 / 5 of one (7.8 rounds instead of 8).
+//   FP8 d256 16k: 1024 tiles, 100 left: two to four parts fill no fewer rounds, five parts (of
+//   25 or 26 K/V tiles) take 4 x 26 / 128 of one (7.81 rounds instead of 8).
 #pragma once
 
 namespace tessera::cuda::sm90 {
@@ -40,14 +40,17 @@ inline SplitTail forward_split_tail(long long tiles, long long ctas, long long k
   if (tiles <= 0 || ctas <= 0) return {};
   if (forced_tiles >= 0) {
     if (forced_tiles == 0) return {};
-    return {forced_tiles < tiles ? forced_tiles : tiles, forced_parts};
+    const int parts = forced_parts < 2 ? 2 : forced_parts > kSplitMaxParts ? kSplitMaxParts : forced_parts;
+    return {forced_tiles < tiles ? forced_tiles : tiles, parts};
   }
   const long long left = tiles % ctas;
   if (tiles <= ctas || left == 0 || kv_tiles < kSplitMinKvTiles) return {};
   double best = 1.0;  // the last round unsplit
   int best_parts = 1;
   for (int k = 2; k <= kSplitMaxParts && kv_tiles >= 2LL * k; ++k) {
-    const double rounds = static_cast<double>((left * k + ctas - 1) / ctas) / k;
+    // Rounds of parts, each as long as the largest part (parts differ by one K/V tile).
+    const double rounds = static_cast<double>((left * k + ctas - 1) / ctas) *
+                          static_cast<double>((kv_tiles + k - 1) / k) / static_cast<double>(kv_tiles);
     const double t = rounds + kMergeRoundsPerPart * k * (128.0 / static_cast<double>(kv_tiles));
     if (t < best) {
       best = t;
