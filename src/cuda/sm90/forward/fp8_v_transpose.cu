@@ -35,6 +35,8 @@ __global__ void __launch_bounds__(kThreads) fp8_v_transpose_kernel(const std::ui
                                                                     std::uint8_t* __restrict__ vt) {
   constexpr int kWords = D / 4;               // 4-column words per key row
   constexpr int kUnits = kWords * (128 / 16);  // (word, 16-key block) units per 128-key tile
+  // Whole loops without guards, and w % 8 spanning 8 swizzle residues within a quarter-warp.
+  static_assert(D == 128 || D == 256, "kUnits and D x 8 multiples of the block size");
   __shared__ __align__(16) std::uint8_t tile[D * 128];
   const int key0 = blockIdx.x * 128, h = blockIdx.y, b = blockIdx.z;
   const std::uint8_t* src = v + b * batch + h * head;
