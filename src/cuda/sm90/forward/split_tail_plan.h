@@ -3,11 +3,11 @@
 // `tiles` equal tiles on `ctas` CTAs runs ceil(tiles / ctas) rounds; the last one holds
 // left = tiles mod ctas tiles. Run as k parts each (K/V tiles [n h / k, n (h + 1) / k)), they
 // take ceil(left k / ctas) rounds of at most ceil(n / k) / n, and a merge kernel combines the parts
-// (split_merge.cuh). A part costs about kMergeRoundsPerPart x head_dim / 128 of a 128-K/V-tile
-// round (its fp32 rows written and read back, plus the launch). The head-dim factor is measured,
+// (split_merge.cuh). A part costs about kMergeRoundsPerPart (x head_dim / 128 above d128) of a
+// 128-K/V-tile round (its fp32 rows written and read back, plus the launch). That factor is measured,
 // not derived: without it the model sent FP8 d256 16k's 100 left tiles to 5 parts (predicted
 // 7.91 rounds instead of 8) and the call took 1.031 of the unsplit time (eighteenth session),
-// while FP8 d128 4k in thirds took 0.951, as predicted. Bytes per round alone would not tell the
+// while FP8 d128 4k in thirds took 0.951 (predicted 0.99-1.00). Bytes per round alone do not tell the
 // two apart; the likely rest is the power cap: a last round on 100 of 132 SMs runs at a higher
 // clock, so splitting it saves less time than SM-rounds. The plan takes the k in
 // 1 .. kSplitMaxParts with the shortest last round plus part cost, if that saves at least
@@ -58,7 +58,7 @@ inline SplitTail forward_split_tail(long long tiles, long long ctas, long long k
     const double rounds = static_cast<double>((left * k + ctas - 1) / ctas) *
                           static_cast<double>((kv_tiles + k - 1) / k) / static_cast<double>(kv_tiles);
     const double t = rounds + kMergeRoundsPerPart * k * (128.0 / static_cast<double>(kv_tiles)) *
-                                   (static_cast<double>(head_dim) / 128.0);
+                                   (head_dim > 128 ? static_cast<double>(head_dim) / 128.0 : 1.0);
     if (t < best) {
       best = t;
       best_parts = k;
