@@ -106,19 +106,36 @@ inline int parse_backward_tail_pieces(const char* value) {
 }
 
 // TESSERA_CUDA_FORWARD_SPLIT_TAIL (a measurement and test knob of the FP8 forward's split tail,
-// src/cuda/sm90/forward/split_tail_plan.h): unset or empty: -1 (the host rule decides); 0: never;
-// n in [1, 2^20]: split the last n tiles of any dense unmasked FP8 launch (masked, ragged and
-// 16-bit launches never split). Anything else throws.
-inline int parse_forward_split_tail(const char* value) {
-  if (value == nullptr || *value == '\0') return -1;
+// src/cuda/sm90/forward/split_tail_plan.h): unset or empty: tiles -1 (the host rule decides); 0:
+// never; "n": the last n tiles, n in [1, 2^20], of any dense unmasked FP8 launch in two parts;
+// "n:k": in k parts, k in [2, 8] (masked, ragged and 16-bit launches never split). Anything else
+// throws.
+struct ForwardSplitTail {
+  int tiles = -1;
+  int parts = 2;
+};
+inline ForwardSplitTail parse_forward_split_tail(const char* value) {
+  if (value == nullptr || *value == '\0') return {};
+  auto bad = [&]() {
+    return Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FORWARD_SPLIT_TAIL",
+                 std::string("TESSERA_CUDA_FORWARD_SPLIT_TAIL: expected 0 (never), a number of tiles in [1, 1048576], "
+                             "optionally ':' and a number of parts in [2, 8], or unset, got '") +
+                     value + "'");
+  };
+  if (*value < '0' || *value > '9') throw bad();  // no sign, no space
   char* end = nullptr;
   const long v = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || v < 0 || v > (1L << 20))
-    throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FORWARD_SPLIT_TAIL",
-                std::string("TESSERA_CUDA_FORWARD_SPLIT_TAIL: expected 0 (never), a number of tiles in [1, 1048576] or "
-                            "unset, got '") +
-                    value + "'");
-  return static_cast<int>(v);
+  if (end == value || v < 0 || v > (1L << 20) || (*end != '\0' && *end != ':')) throw bad();
+  ForwardSplitTail r;
+  r.tiles = static_cast<int>(v);
+  if (*end == ':') {
+    const char* p = end + 1;
+    if (v == 0 || *p < '0' || *p > '9') throw bad();
+    const long k = std::strtol(p, &end, 10);
+    if (*end != '\0' || k < 2 || k > 8) throw bad();
+    r.parts = static_cast<int>(k);
+  }
+  return r;
 }
 
 // TESSERA_CUDA_FP8_V_TRANSPOSE (a measurement and test knob of the FP8 forward,
@@ -143,7 +160,9 @@ inline int batch_decode_sms_override() { return parse_batch_decode_sms(std::gete
 inline Fp8VTranspose fp8_v_transpose_override() {
   return parse_fp8_v_transpose(std::getenv("TESSERA_CUDA_FP8_V_TRANSPOSE"));
 }
-inline int forward_split_tail_override() { return parse_forward_split_tail(std::getenv("TESSERA_CUDA_FORWARD_SPLIT_TAIL")); }
+inline ForwardSplitTail forward_split_tail_override() {
+  return parse_forward_split_tail(std::getenv("TESSERA_CUDA_FORWARD_SPLIT_TAIL"));
+}
 inline int backward_tail_pieces_override() {
   return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));
 }

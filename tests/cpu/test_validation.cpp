@@ -625,13 +625,21 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   expect_rejected("TESSERA_CUDA_BACKWARD_TAIL_PIECES", dispatch::parse_backward_tail_pieces,
                   {"1", "17", "-1", "4 ", "x", "3.5", "2abc"});
   // The FP8 forward's split tail: 0 (never), n tiles, or unset / empty (the host rule).
-  EXPECT_EQ(dispatch::parse_forward_split_tail(nullptr), -1);
-  EXPECT_EQ(dispatch::parse_forward_split_tail(""), -1);
-  EXPECT_EQ(dispatch::parse_forward_split_tail("0"), 0);
-  EXPECT_EQ(dispatch::parse_forward_split_tail("1"), 1);
-  EXPECT_EQ(dispatch::parse_forward_split_tail("1048576"), 1048576);
+  auto split = [](const char* v) {
+    const dispatch::ForwardSplitTail r = dispatch::parse_forward_split_tail(v);
+    return std::make_pair(r.tiles, r.parts);
+  };
+  EXPECT_EQ(split(nullptr), std::make_pair(-1, 2));
+  EXPECT_EQ(split(""), std::make_pair(-1, 2));
+  EXPECT_EQ(split("0"), std::make_pair(0, 2));
+  EXPECT_EQ(split("1"), std::make_pair(1, 2));
+  EXPECT_EQ(split("1048576"), std::make_pair(1048576, 2));
+  EXPECT_EQ(split("50:5"), std::make_pair(50, 5));
+  EXPECT_EQ(split("3:2"), std::make_pair(3, 2));
+  EXPECT_EQ(split("7:8"), std::make_pair(7, 8));
   expect_rejected("TESSERA_CUDA_FORWARD_SPLIT_TAIL", dispatch::parse_forward_split_tail,
-                  {"-1", "1048577", "4 ", "x", "3.5", "2abc"});
+                  {"-1", "1048577", "4 ", "x", "3.5", "2abc", "5:1", "5:9", "5:", "5:x", "0:3", ":3", "5:3 ", "5:-3",
+                   "5:3:2", " 5", "+5", "-0", " 5:3", "+5:3"});
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);

@@ -245,11 +245,15 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no pass";
   auto rng = fresh_rng();
   std::vector<CaseSpec> specs = grid();
-  specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // 320 tiles of 8 K/V tiles: split tail
+  const std::size_t split_spec = specs.size();
+  specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // split tail forced: 50 tiles in 5 parts
   specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // last: 4 query tiles x group 8 = reuse 32
   for (const CaseSpec& spec : specs) {
     SCOPED_TRACE(spec.name());
     GpuFp8Case g(spec, rng);
+    // Pass and split tail together: V^T loaded by TMA at the parts' K/V offsets.
+    const bool split = &spec == &specs[split_spec];
+    ScopedEnv split_tail("TESSERA_CUDA_FORWARD_SPLIT_TAIL", split ? "50:5" : "0");
     std::vector<double> out_kernel, lse_kernel;
     {
       ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", "kernel");
@@ -267,8 +271,9 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
     const AttentionParams p = g.host.forward_params();
     const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
                                    ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
+    const std::uint64_t split_bytes = split ? 50ull * 5 * 192 * (p.head_dim + 1) * sizeof(float) : 0;
     if (!spec.ragged() && p.seq_k > 0) {
-      EXPECT_GE(high, vt_bytes) << "the pass's workspace was not allocated";
+      EXPECT_GE(high, vt_bytes + split_bytes) << "the pass's (and the split's) workspace was not allocated";
     }
     EXPECT_TRUE(g.host.out.margins_intact());
     EXPECT_TRUE(g.host.lse.margins_intact());
@@ -287,11 +292,12 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
 }
 
 // The split tail (src/cuda/sm90/forward/split_tail_plan.h), forced by
-// TESSERA_CUDA_FORWARD_SPLIT_TAIL on shapes whose last round the rule would not split: halves
-// of one K/V tile (half 0 empty), of no keys, of an odd count, more tiles than SMs, both head
-// dims, soft cap; a masked problem ignores the knob, and 0 turns off a split the rule would make
-// (320 tiles of 8 K/V tiles on 132 SMs), which the rule itself makes without the knob. Same rule as the grid, LSE included. The scratch pool's
-// high-water mark shows whether the halves' workspace was allocated, i.e. whether the split ran.
+// TESSERA_CUDA_FORWARD_SPLIT_TAIL ("n" in halves, "n:k" in k parts) on shapes whose last round
+// the rule would not split: parts of one K/V tile or none (empty parts), of no keys, of an odd
+// count, more tiles than SMs, both head dims, soft cap, up to 8 parts; a masked problem ignores
+// the knob; the rule's own split on 188 tiles of 16 K/V tiles (halves of 56 on 132 SMs), and 0
+// turning it off. Same rule as the grid, LSE included. The scratch pool's high-water mark shows
+// whether the parts' workspace was allocated, i.e. whether the split ran.
 TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   int device = 0;
@@ -300,23 +306,27 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
   if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no split";
   int sms = 0;
   TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  // 320 tiles of 8 K/V tiles: what the rule splits on this device (56 of them on 132 SMs).
-  const long long rule_320 = tessera::cuda::sm90::forward_split_tail(320, std::min(320, sms), 8, -1);
+  // 188 tiles (47 x 4 heads x 1 query block) of 16 K/V tiles: what the rule splits on this device.
+  const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, -1);
   auto rng = fresh_rng();
   struct SplitCase {
     CaseSpec spec;
     const char* knob;
-    long long halves_of;  // tiles expected split (0: none)
+    long long tiles;  // tiles expected split (0: none)
+    int parts;
   };
   const SplitCase cases[] = {
-      {dense_fp8(2, 113, 300, 4, 2, 128, opts(false)), "3", 3},              // 3 K/V tiles: halves of 1 and 2
-      {dense_fp8(3, 1, 1, 4, 1, 128, opts(false, -1, -1, 3.0f)), "100", 12},  // every tile; half 0 has no K/V tile
-      {dense_fp8(2, 40, 0, 2, 1, 128, opts(false)), "4", 4},                  // no keys: both halves empty
-      {dense_fp8(1, 300, 700, 2, 1, 256, opts(false)), "2", 2},               // d256: 6 K/V tiles
-      {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), "50", 50},           // more tiles than SMs, 8 K/V tiles
-      {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), "", rule_320},       // the rule (knob empty = unset)
-      {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), "0", 0},             // the rule's split, turned off
-      {dense_fp8(1, 17, 1023, 8, 1, 128, opts(true)), "5", 0},                // causal: the knob does not apply
+      {dense_fp8(2, 113, 300, 4, 2, 128, opts(false)), "3", 3, 2},              // 3 K/V tiles: halves of 1 and 2
+      {dense_fp8(2, 113, 300, 4, 2, 128, opts(false)), "3:5", 3, 5},            // 5 parts of 3 K/V tiles: two empty
+      {dense_fp8(3, 1, 1, 4, 1, 128, opts(false, -1, -1, 3.0f)), "100", 12, 2},  // every tile; half 0 has no K/V tile
+      {dense_fp8(2, 40, 0, 2, 1, 128, opts(false)), "4:3", 4, 3},               // no keys: every part empty
+      {dense_fp8(1, 300, 700, 2, 1, 256, opts(false)), "2", 2, 2},              // d256: 6 K/V tiles
+      {dense_fp8(1, 300, 700, 2, 1, 256, opts(false)), "2:3", 2, 3},            // d256: thirds of 2 K/V tiles
+      {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), "50", 50, 2},          // more tiles than SMs, 8 K/V tiles
+      {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), "50:8", 50, 8},        // the same in 8 parts of 1
+      {dense_fp8(47, 129, 2048, 4, 2, 128, opts(false)), "", rule.tiles, rule.parts},  // the rule (knob empty = unset)
+      {dense_fp8(47, 129, 2048, 4, 2, 128, opts(false)), "0", 0, 1},            // the rule's split, turned off
+      {dense_fp8(1, 17, 1023, 8, 1, 128, opts(true)), "5:3", 0, 1},             // causal: the knob does not apply
   };
   for (const SplitCase& c : cases) {
     const CaseSpec& spec = c.spec;
@@ -329,8 +339,8 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
     g.run();
     TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
     const int bm = spec.head_dim == 128 ? 192 : 128;  // FP8 tile rows (kernel_traits.cuh)
-    const std::uint64_t workspace = c.halves_of * 2ull * bm * (spec.head_dim + 1) * sizeof(float);
-    if (c.halves_of > 0) EXPECT_GE(high, workspace) << "the split's workspace was not allocated";
+    const std::uint64_t workspace = c.tiles * static_cast<std::uint64_t>(c.parts) * bm * (spec.head_dim + 1) * sizeof(float);
+    if (c.tiles > 0) EXPECT_GE(high, workspace) << "the split's workspace was not allocated";
     else EXPECT_LT(high, 2ull * bm * (spec.head_dim + 1) * sizeof(float)) << "a split ran";
     expect_matches_oracle(g, std::string("split ") + c.knob + " " + spec.name());
   }

@@ -61,12 +61,14 @@ struct FwdArgs {
   // m_blocks x heads x batch (x heads when ragged_virtual), computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;
-  // Split tail (FP8, dense, unmasked; launch_template.cuh): tiles from split_begin on are the
-  // last round's tiles taken in two halves of their K/V tiles, virtual tile split_begin + 2 j + h
-  // being half h of tile split_begin + j (num_tiles then counts the halves). A half writes its
-  // O / l (fp32, [j][h][kBlockM][head_dim]) and its LSE ([j][h][kBlockM]) here; a merge kernel
-  // writes the output rows. split_begin == num_tiles: no split.
+  // Split tail (FP8, dense, unmasked; launch_template.cuh, split_tail_plan.h): tiles from
+  // split_begin on are the last round's tiles taken in split_parts parts of their K/V tiles,
+  // virtual tile split_begin + k j + h being part h of tile split_begin + j (num_tiles then
+  // counts the parts). A part writes its O / l (fp32, [j][h][kBlockM][head_dim]) and its LSE
+  // ([j][h][kBlockM]) here; a merge kernel writes the output rows. split_begin == num_tiles: no
+  // split.
   int split_begin = 0x7fffffff;
+  int split_parts = 2;
   float* split_o = nullptr;
   float* split_lse = nullptr;
 };

@@ -168,8 +168,8 @@ struct TileCoords {
   int n_begin = 0;   // first K tile
   int n_tiles = 0;   // K tiles visited (0: every row of the tile sees nothing)
   bool active = false;  // false: the tile lies past its sequence (ragged), skip it
-  int split = -1;    // kSplit: the split tile's index j (its halves' workspace slots), else -1
-  int half = 0;      // which half of the split tile's K/V tiles: [0, n / 2) or [n / 2, n)
+  int split = -1;    // kSplit: the split tile's index j (its parts' workspace slots), else -1
+  int part = 0;      // which of the split tile's split_parts parts of its K/V tiles
 };
 
 // kSplit: the launch may split its last round's tiles (FwdArgs::split_begin); dense only.
@@ -179,8 +179,8 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   if constexpr (kSplit) {
     if (tile >= a.split_begin) {
       const int v = tile - a.split_begin;
-      c.split = v >> 1;
-      c.half = v & 1;
+      c.split = v / a.split_parts;
+      c.part = v % a.split_parts;
       tile = a.split_begin + c.split;
     }
   }
@@ -214,9 +214,11 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   c.n_tiles = keys.empty() ? 0 : (keys.end + BN - 1) / BN - c.n_begin;
   if constexpr (kSplit) {
     if (c.split >= 0) {
-      const int first = c.n_tiles / 2;  // half 0 may have none (one K/V tile): O = 0, LSE = -inf
-      c.n_begin += c.half * first;
-      c.n_tiles = c.half == 0 ? first : c.n_tiles - first;
+      // Part h: K/V tiles [n h / k, n (h + 1) / k); a part may have none (fewer K/V tiles than
+      // parts): O = 0, LSE = -inf, which the merge ignores.
+      const int first = c.n_tiles * c.part / a.split_parts, end = c.n_tiles * (c.part + 1) / a.split_parts;
+      c.n_begin += first;
+      c.n_tiles = end - first;
     }
   }
   return c;
@@ -585,10 +587,11 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         bool to_output = true;
         if constexpr (kSplit) {
           if (tc.split >= 0) {
-            // A half of a split tile: fp32 O / l and the LSE of its rows inside the sequence
+            // A part of a split tile: fp32 O / l and the LSE of its rows inside the sequence
             // into its workspace slot, for the merge kernel (which reads only those rows).
             to_output = false;
-            const std::int64_t slot = (2 * static_cast<std::int64_t>(tc.split) + tc.half) * BM + 64 * c + rr;
+            const std::int64_t slot =
+                (static_cast<std::int64_t>(tc.split) * a.split_parts + tc.part) * BM + 64 * c + rr;
             if (rr < valid_rows) {
               float* row_o = a.split_o + slot * D;
 #pragma unroll

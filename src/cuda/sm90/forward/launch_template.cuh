@@ -66,18 +66,23 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
       }
     }
   }
-  // Dense unmasked FP8: the last round's tiles split in two halves over their K/V tiles where
-  // that round is at most half full (split_tail_plan.h); the halves' O / l and LSE go to a
-  // workspace from the scratch pool and split_merge_kernel writes their rows. Without the
-  // workspace (no memory, no pool), no split.
+  // Dense unmasked FP8: the last round's tiles split in parts over their K/V tiles where that
+  // shortens the round (split_tail_plan.h); the parts' O / l and LSE go to a workspace from the
+  // scratch pool and split_merge_kernel writes their rows. Without the workspace (no memory, no
+  // pool), no split.
   long long n_split = 0;
+  int parts = 1;
   float* split_ws = nullptr;
   if constexpr (std::is_same_v<T, __nv_fp8_e4m3> && !kMasked) {
     if (!ragged) {
-      n_split = forward_split_tail(tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN,
-                                   dispatch::forward_split_tail_override());
+      const dispatch::ForwardSplitTail forced = dispatch::forward_split_tail_override();
+      const SplitTail plan = forward_split_tail(
+          tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN, kHeadDim, forced.tiles,
+          forced.parts);
+      n_split = plan.tiles;
+      parts = plan.parts;
       if (n_split > 0) {
-        const std::size_t floats = static_cast<std::size_t>(2 * n_split) * Tr::kBlockM * (kHeadDim + 1);
+        const std::size_t floats = static_cast<std::size_t>(parts * n_split) * Tr::kBlockM * (kHeadDim + 1);
         int device = 0;
         TESSERA_CUDA_CHECK(cudaGetDevice(&device));
         const cudaMemPool_t pool = scratch_pool(device);
@@ -91,10 +96,11 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
         } else {
           TESSERA_CUDA_CHECK(alloc);
           run_args.split_begin = static_cast<int>(tiles - n_split);
-          run_args.num_tiles = static_cast<int>(tiles + n_split);  // the split tiles count twice (halves)
+          run_args.split_parts = parts;
+          run_args.num_tiles = static_cast<int>(tiles + (parts - 1) * n_split);  // a split tile counts once per part
           run_args.split_o = split_ws;
-          run_args.split_lse = split_ws + static_cast<std::size_t>(2 * n_split) * Tr::kBlockM * kHeadDim;
-          const long long virtual_tiles = tiles + n_split;
+          run_args.split_lse = split_ws + static_cast<std::size_t>(parts * n_split) * Tr::kBlockM * kHeadDim;
+          const long long virtual_tiles = tiles + (parts - 1) * n_split;
           grid = virtual_tiles < num_sms ? virtual_tiles : num_sms;
         }
       }

@@ -1,6 +1,6 @@
-// The merge of a split tail (FwdArgs::split_begin): each split tile's two halves left fp32 O / l
-// and their LSE in the workspace; one warp per query row combines them exactly
-// (math/lse_merge.h: O = sum_h exp(lse_h - lse) O_h, an empty half ignored) and writes the bf16
+// The merge of a split tail (FwdArgs::split_begin): each split tile's split_parts parts left fp32
+// O / l and their LSE in the workspace; one warp per query row combines them exactly, in part
+// order (math/lse_merge.h: O = sum_h exp(lse_h - lse) O_h, an empty part ignored) and writes the bf16
 // output row and, if asked, the LSE. Dense FP8 launches only (the instances that split).
 #pragma once
 
@@ -28,14 +28,14 @@ __global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const _
   const int head_seq = tile / a.m_blocks;
   const int m0 = (a.m_blocks - 1 - tile % a.m_blocks) * BM;
   const int head = head_seq % a.heads, seq = head_seq / a.heads;
-  if (m0 + r >= a.seq_q) return;  // past the sequence: no row (the halves wrote none)
+  if (m0 + r >= a.seq_q) return;  // past the sequence: no row (the parts wrote none)
   math::LseMerger merger;
   float2 acc[D / 64];
 #pragma unroll
   for (int k = 0; k < D / 64; ++k) acc[k] = make_float2(0.0f, 0.0f);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const std::int64_t slot = (2 * static_cast<std::int64_t>(j) + h) * BM + r;
+#pragma unroll 2
+  for (int h = 0; h < a.split_parts; ++h) {  // (unrolled by 2: halves, the common case, load at once)
+    const std::int64_t slot = (static_cast<std::int64_t>(j) * a.split_parts + h) * BM + r;
     float scale_old, weight_new;
     merger.add(a.split_lse[slot], &scale_old, &weight_new);
     const float* o = a.split_o + slot * D;
