@@ -104,6 +104,8 @@ TEST(ForwardSplitTail, PartsAndTheirLimits) {
   EXPECT_EQ(split(1024, 132, 80, 256), P(0, 1));    // ... and still at 80 K/V tiles
   EXPECT_EQ(split(320, 132, 16, 256), P(0, 1));     // halves at 16 K/V tiles: 0.5 + 0.64 at d256
   EXPECT_EQ(split(1448, 132, 128), P(0, 1));    // 128 left: no k shortens the round enough
+  EXPECT_EQ(split(1426, 132, 128), P(0, 1));    // 106 left: 6 parts take 0.86 + 0.12, a saving under kSplitMinSaving
+  EXPECT_EQ(split(188, 132, 16), P(56, 2));     // the GPU split test's rule case on 132 SMs: halves, 0.5 + 0.32
   EXPECT_EQ(split(100, 100, 128), P(0, 1));     // one round (fewer tiles than SMs: ctas = tiles)
   EXPECT_EQ(split(0, 132, 128), P(0, 1));
   EXPECT_EQ(split(320, 132, 7), P(0, 1));       // fewer than 8 K/V tiles: never
