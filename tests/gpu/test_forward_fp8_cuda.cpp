@@ -234,9 +234,12 @@ TEST(CudaFp8, VTransposePassWritesWhatThePVProductReads) {
 // bytes reach the same wgmma, so outputs and LSEs must be bit-identical, over the whole grid
 // (odd key counts: the pass zeroes the keys past seq_k in the last 128-key tile; padded
 // strides; GQA; masks). The pool's high-water mark shows whether the pass's workspace was
-// allocated, i.e. whether the pass ran. Beyond the grid: a launch with a forced split tail (50 of
-// its 320 tiles in 5 parts: pass and split together, V^T loaded at the parts' K/V offsets), and a
-// GQA 8 one whose reuse makes the host rule choose the pass by itself (checked without the knob).
+// allocated, i.e. whether the pass ran. At head_dim 256 the pass's launches run the V^T-only
+// instance (overlapped schedule, kernel_traits.cuh), whose arithmetic is the serial one's in
+// another order of issue: bit-identical too. Beyond the grid: launches with a forced split tail
+// (50 tiles in 5 parts, d128 and d256: pass and split together, V^T loaded at the parts' K/V
+// offsets), and a GQA 8 one whose reuse makes the host rule choose the pass by itself (checked
+// without the knob).
 TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   int device = 0;
@@ -245,14 +248,15 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no pass";
   auto rng = fresh_rng();
   std::vector<CaseSpec> specs = grid();
-  const std::size_t split_spec = specs.size();
+  const std::size_t split_specs = specs.size();
   specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // split tail forced: 50 tiles in 5 parts
+  specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 256, opts(false)));  // the same at d256 (V^T-only instance)
   specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // last: 4 query tiles x group 8 = reuse 32
   for (const CaseSpec& spec : specs) {
     SCOPED_TRACE(spec.name());
     GpuFp8Case g(spec, rng);
     // Pass and split tail together: V^T loaded by TMA at the parts' K/V offsets.
-    const bool split = &spec == &specs[split_spec];
+    const bool split = &spec == &specs[split_specs] || &spec == &specs[split_specs + 1];
     ScopedEnv split_tail("TESSERA_CUDA_FORWARD_SPLIT_TAIL", split ? "50:5" : "0");
     std::vector<double> out_kernel, lse_kernel;
     {
@@ -271,7 +275,8 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
     const AttentionParams p = g.host.forward_params();
     const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
                                    ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
-    const std::uint64_t split_bytes = split ? 50ull * 5 * 192 * (p.head_dim + 1) * sizeof(float) : 0;
+    const std::uint64_t bm = p.head_dim == 128 ? 192 : 128;  // FP8 tile rows (kernel_traits.cuh)
+    const std::uint64_t split_bytes = split ? 50ull * 5 * bm * (p.head_dim + 1) * sizeof(float) : 0;
     if (!spec.ragged() && p.seq_k > 0) {
       EXPECT_GE(high, vt_bytes + split_bytes) << "the pass's (and the split's) workspace was not allocated";
     }
@@ -383,12 +388,23 @@ TEST(CudaFp8, GraphReplaysWithPassAndSplitMatchEagerCalls) {
 }
 
 // Long rows: 8k keys, both head dims (the oracle on a few row blocks is too slow here, so the
-// whole output is checked against the naive fp8 baseline's bound on a small head count).
+// whole output is checked against the naive fp8 baseline's bound on a small head count); d256
+// also with V^T from the pass (the V^T-only instance: 64 K/V tiles through its overlapped
+// schedule, masked and not).
 TEST(CudaFp8, LongSequenceWithinRule) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   auto rng = fresh_rng();
-  for (const CaseSpec& spec : {dense_fp8(1, 256, 8192, 1, 1, 128, opts(false)), dense_fp8(1, 256, 4096, 1, 1, 256, opts(true))}) {
-    SCOPED_TRACE(spec.name());
+  struct LongCase {
+    CaseSpec spec;
+    const char* vt;  // TESSERA_CUDA_FP8_V_TRANSPOSE ("": the rule)
+  };
+  for (const LongCase& c : {LongCase{dense_fp8(1, 256, 8192, 1, 1, 128, opts(false)), ""},
+                            LongCase{dense_fp8(1, 256, 4096, 1, 1, 256, opts(true)), ""},
+                            LongCase{dense_fp8(1, 256, 8192, 1, 1, 256, opts(false)), "global"},
+                            LongCase{dense_fp8(1, 256, 8192, 1, 1, 256, opts(true)), "global"}}) {
+    const CaseSpec& spec = c.spec;
+    SCOPED_TRACE(spec.name() + " V^T " + c.vt);
+    ScopedEnv vt("TESSERA_CUDA_FP8_V_TRANSPOSE", c.vt);
     GpuFp8Case g(spec, rng);
     g.run();
     EXPECT_EQ(g.host.out.count_nan(), 0);

@@ -83,9 +83,16 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
   return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);
 }
 
-// FP8: head_dim 128 and 256, K tiles of 128 keys.
+// FP8: head_dim 128 and 256, K tiles of 128 keys; at 256, launches with V^T from the pass take
+// the V^T-only instances (overlapped schedule, kernel_traits.cuh).
 template <int D>
 void launch_fp8_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+  if constexpr (D == 256) {
+    if (a.vt_global) {
+      if (masked) return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, true, true), true, 0, true>(a, num_sms, p.stream);
+      return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, false, true), false, 0, true>(a, num_sms, p.stream);
+    }
+  }
   if (masked) return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, true, true), true>(a, num_sms, p.stream);
   return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, false, true), false>(a, num_sms, p.stream);
 }
