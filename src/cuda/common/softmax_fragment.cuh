@@ -54,12 +54,13 @@ __device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], ma
         if (col < r.begin || col >= r.end) s[n][e] = -INFINITY;
       }
   }
-  // The row max and the row sum run in kPartials independent chains (n-tile n feeds chain
+  // The row max and the row sum run in four independent chains (n-tile n feeds chain
   // n % kPartials), joined by a tree at the end: one running chain per row made the softmax of
   // a tile a string of dependent FMNMX and FADD (~32 deep per row), which left a warp waiting
   // on fixed latencies a third of the time where no other warp's softmax hid them (ncu, FP8 d256).
   constexpr int kTiles = kBlockN / 8;
-  constexpr int kPartials = kTiles >= 8 ? 4 : kTiles >= 2 ? 2 : 1;
+  constexpr int kPartials = 4;
+  static_assert(kTiles >= kPartials, "scores_to_weights: tiles of at least 32 keys (every partial chain starts from a value)");
   float m_use[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
