@@ -363,27 +363,30 @@ TEST(CudaFp8, GraphReplaysWithPassAndSplitMatchEagerCalls) {
   ScopedEnv vt("TESSERA_CUDA_FP8_V_TRANSPOSE", "global");
   ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", "50");
   auto rng = fresh_rng();
-  const CaseSpec spec = dense_fp8(40, 129, 1023, 8, 2, 128, opts(false));
-  GpuFp8Case g(spec, rng);
-  const AttentionCase other(spec, rng);  // another V, swapped in between replays
-  CapturedGraph graph([&](void* stream) {
-    ExecutionContext ctx;
-    ctx.stream = stream;
-    g.launch(ctx);
-  });
-  for (int replay = 0; replay < 4; ++replay) {
-    SCOPED_TRACE("replay " + std::to_string(replay));
-    g.v.upload(replay % 2 == 0 ? g.host.v : other.v);
-    g.run();  // eager, on the default stream
-    EXPECT_EQ(g.host.out.count_nan(), 0);
-    const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
-    g.out.poison(g.host.out);
-    g.lse.poison(g.host.lse);
-    graph.replay();
-    g.out.download(g.host.out);
-    g.lse.download(g.host.lse);
-    EXPECT_TRUE(o_eager == g.host.out.bytes());
-    EXPECT_TRUE(l_eager == g.host.lse.bytes());
+  // d256: the V^T-only instance (kernel_traits.cuh) in the graph.
+  for (const CaseSpec& spec :
+       {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), dense_fp8(40, 129, 1023, 8, 2, 256, opts(false))}) {
+    GpuFp8Case g(spec, rng);
+    const AttentionCase other(spec, rng);  // another V, swapped in between replays
+    CapturedGraph graph([&](void* stream) {
+      ExecutionContext ctx;
+      ctx.stream = stream;
+      g.launch(ctx);
+    });
+    for (int replay = 0; replay < 4; ++replay) {
+      SCOPED_TRACE(spec.name() + " replay " + std::to_string(replay));
+      g.v.upload(replay % 2 == 0 ? g.host.v : other.v);
+      g.run();  // eager, on the default stream
+      EXPECT_EQ(g.host.out.count_nan(), 0);
+      const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
+      g.out.poison(g.host.out);
+      g.lse.poison(g.host.lse);
+      graph.replay();
+      g.out.download(g.host.out);
+      g.lse.download(g.host.lse);
+      EXPECT_TRUE(o_eager == g.host.out.bytes());
+      EXPECT_TRUE(l_eager == g.host.lse.bytes());
+    }
   }
 }
 
@@ -406,7 +409,22 @@ TEST(CudaFp8, LongSequenceWithinRule) {
     SCOPED_TRACE(spec.name() + " V^T " + c.vt);
     ScopedEnv vt("TESSERA_CUDA_FP8_V_TRANSPOSE", c.vt);
     GpuFp8Case g(spec, rng);
+    // Forced pass: the pool's high-water mark shows its workspace, i.e. that the V^T-only
+    // instance ran and not a fallback to the transposing one.
+    int device = 0;
+    TESSERA_TEST_CUDA(cudaGetDevice(&device));
+    const cudaMemPool_t pool = *c.vt != '\0' ? tessera::cuda::scratch_pool(device) : nullptr;
+    if (pool != nullptr) {
+      std::uint64_t zero = 0;
+      TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    }
     g.run();
+    if (pool != nullptr) {
+      std::uint64_t high = 0;
+      TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+      EXPECT_GE(high, static_cast<std::uint64_t>(spec.head_dim) * ((spec.seq_k + 127) / 128 * 128) * spec.heads_kv * spec.batch)
+          << "the V^T pass did not run";
+    }
     EXPECT_EQ(g.host.out.count_nan(), 0);
     const AttentionParams p = g.host.forward_params();
     const auto oracle = cpu::reference::forward(p);

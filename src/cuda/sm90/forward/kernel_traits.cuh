@@ -17,7 +17,7 @@
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
 //   fp8 d128: 192 x 128 tiles (3 consumer warpgroups), 3 stages of K, V and V^T: Q 2 x 24 + 3 x 48 = 192 KB
 //   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: Q 32 + 2 x 96 = 224 KB;
-//             V^T only (kVtOnly: V^T from the pass's workspace): Q 32 + 2 x 64 = 160 KB
+//             V^T only (kVtOnly: V^T from the pass's workspace): Q 2 x 32 + 2 x 64 = 192 KB
 // (Q 2 x: two Q buffers, where they fit; see kQBuffers.)
 // Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
 // rescale) over more keys; masked problems keep 128 so fewer keys are computed and thrown away

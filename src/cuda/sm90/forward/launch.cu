@@ -132,8 +132,11 @@ bool forward_applicable(const AttentionParams& p, std::string* why) {
   const int major = dev.major, minor = dev.minor, optin = dev.smem_optin;
   // sm_90a code runs on compute capability 9.0 only.
   if (major != 9 || minor != 0) return fail(why, "device: compute capability 9.0 only");
+  // FP8 d256: the V^T-only instance as well (kernel_traits.cuh), whichever a call takes.
   const int smem = p.dtype == DType::e4m3
-                       ? (p.head_dim == 128 ? FwdTraits<128, 128, 1>::kSmemBytes : FwdTraits<256, 128, 1>::kSmemBytes)
+                       ? (p.head_dim == 128 ? FwdTraits<128, 128, 1>::kSmemBytes
+                                            : std::max(FwdTraits<256, 128, 1>::kSmemBytes,
+                                                       FwdTraits<256, 128, 1, 0, true>::kSmemBytes))
                        : smem_bytes(p.head_dim);
   if (optin < smem) return fail(why, "device: not enough opt-in shared memory");
   if (why != nullptr) why->clear();
