@@ -562,7 +562,10 @@ __global__ void __launch_bounds__(
                   issue_pv,
                   weights,
                   [&] {
-                    if constexpr (!kFp8) end_softmax_block(rows);
+                    // The overlapped FP8 instance (V^T-only d256) needs the pin too: without it
+                    // ptxas put the P V wait above the row max, and only the soft-cap path's exp2
+                    // ran under P V (SASS, eighteenth session).
+                    if constexpr (!kFp8 || !Tr::kSerialGemms) end_softmax_block(rows);
                   },
                   [&] { rescale_rows<D, false>(o, alpha); },
                   pack,
