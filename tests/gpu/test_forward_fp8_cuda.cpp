@@ -238,8 +238,8 @@ TEST(CudaFp8, VTransposePassWritesWhatThePVProductReads) {
 // instance (overlapped schedule, kernel_traits.cuh), whose arithmetic is the serial one's in
 // another order of issue: bit-identical too. Beyond the grid: launches with a forced split tail
 // (50 tiles in 5 parts, d128 and d256: pass and split together, V^T loaded at the parts' K/V
-// offsets), and a GQA 8 one whose reuse makes the host rule choose the pass by itself (checked
-// without the knob).
+// offsets), and three under the host rule (without the knob): two whose reuse makes it choose the
+// pass (GQA 8 at d128, GQA 4 at d256) and one below the threshold that must not.
 TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   int device = 0;
@@ -251,7 +251,13 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   const std::size_t split_specs = specs.size();
   specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // split tail forced: 50 tiles in 5 parts
   specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 256, opts(false)));  // the same at d256 (V^T-only instance)
-  specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // last: 4 query tiles x group 8 = reuse 32
+  // The host rule (knob unset; fp8_v_transpose_plan.h: reuse = query tiles visiting a K/V tile x
+  // group, the pass from 16 on), each with whether it must choose the pass.
+  const std::size_t rule_specs = specs.size();
+  specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // 4 query tiles x group 8 = reuse 32: pass
+  specs.push_back(dense_fp8(1, 700, 700, 8, 2, 256, opts(false)));  // 6 x 4 = 24: pass (the V^T-only instance)
+  specs.push_back(dense_fp8(1, 700, 700, 2, 1, 256, opts(false)));  // 6 x 2 = 12: the kernel's transpose
+  const bool rule_passes[] = {true, true, false};
   for (const CaseSpec& spec : specs) {
     SCOPED_TRACE(spec.name());
     GpuFp8Case g(spec, rng);
@@ -267,8 +273,10 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
     }
     std::uint64_t zero = 0, high = 0;
     TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    const std::size_t index = static_cast<std::size_t>(&spec - specs.data());
+    const bool by_rule = index >= rule_specs;
     {
-      ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", &spec == &specs.back() ? "" : "global");  // the rule / forced
+      ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", by_rule ? "" : "global");  // the rule / forced
       g.run();
     }
     TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
@@ -277,7 +285,9 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
                                    ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
     const std::uint64_t bm = p.head_dim == 128 ? 192 : 128;  // FP8 tile rows (kernel_traits.cuh)
     const std::uint64_t split_bytes = split ? 50ull * 5 * bm * (p.head_dim + 1) * sizeof(float) : 0;
-    if (!spec.ragged() && p.seq_k > 0) {
+    if (by_rule && !rule_passes[index - rule_specs]) {
+      EXPECT_LT(high, vt_bytes) << "the rule ran the pass below its reuse threshold";
+    } else if (!spec.ragged() && p.seq_k > 0) {
       EXPECT_GE(high, vt_bytes + split_bytes) << "the pass's (and the split's) workspace was not allocated";
     }
     EXPECT_TRUE(g.host.out.margins_intact());
