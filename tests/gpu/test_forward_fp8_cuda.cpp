@@ -234,9 +234,12 @@ TEST(CudaFp8, VTransposePassWritesWhatThePVProductReads) {
 // bytes reach the same wgmma, so outputs and LSEs must be bit-identical, over the whole grid
 // (odd key counts: the pass zeroes the keys past seq_k in the last 128-key tile; padded
 // strides; GQA; masks). The pool's high-water mark shows whether the pass's workspace was
-// allocated, i.e. whether the pass ran. Beyond the grid: a launch with a forced split tail (50 of
-// its 320 tiles in 5 parts: pass and split together, V^T loaded at the parts' K/V offsets), and a
-// GQA 8 one whose reuse makes the host rule choose the pass by itself (checked without the knob).
+// allocated, i.e. whether the pass ran. At head_dim 256 the pass's launches run the V^T-only
+// instance (overlapped schedule, kernel_traits.cuh), whose arithmetic is the serial one's in
+// another order of issue: bit-identical too. Beyond the grid: launches with a forced split tail
+// (50 tiles in 5 parts, d128 and d256: pass and split together, V^T loaded at the parts' K/V
+// offsets), and three under the host rule (without the knob): two whose reuse makes it choose the
+// pass (GQA 8 at d128, GQA 4 at d256) and one below the threshold that must not.
 TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   int device = 0;
@@ -245,14 +248,21 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no pass";
   auto rng = fresh_rng();
   std::vector<CaseSpec> specs = grid();
-  const std::size_t split_spec = specs.size();
+  const std::size_t split_specs = specs.size();
   specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // split tail forced: 50 tiles in 5 parts
-  specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // last: 4 query tiles x group 8 = reuse 32
+  specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 256, opts(false)));  // the same at d256 (V^T-only instance)
+  // The host rule (knob unset; fp8_v_transpose_plan.h: reuse = query tiles visiting a K/V tile x
+  // group, the pass from 16 on), each with whether it must choose the pass.
+  const std::size_t rule_specs = specs.size();
+  specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // 4 query tiles x group 8 = reuse 32: pass
+  specs.push_back(dense_fp8(1, 700, 700, 8, 2, 256, opts(false)));  // 6 x 4 = 24: pass (the V^T-only instance)
+  specs.push_back(dense_fp8(1, 700, 700, 2, 1, 256, opts(false)));  // 6 x 2 = 12: the kernel's transpose
+  const bool rule_passes[] = {true, true, false};
   for (const CaseSpec& spec : specs) {
     SCOPED_TRACE(spec.name());
     GpuFp8Case g(spec, rng);
     // Pass and split tail together: V^T loaded by TMA at the parts' K/V offsets.
-    const bool split = &spec == &specs[split_spec];
+    const bool split = &spec == &specs[split_specs] || &spec == &specs[split_specs + 1];
     ScopedEnv split_tail("TESSERA_CUDA_FORWARD_SPLIT_TAIL", split ? "50:5" : "0");
     std::vector<double> out_kernel, lse_kernel;
     {
@@ -261,17 +271,22 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
       out_kernel = g.host.out_packed();
       lse_kernel = g.host.lse_packed();
     }
+    const std::size_t index = static_cast<std::size_t>(&spec - specs.data());
+    const bool by_rule = index >= rule_specs;
     reset_pool_high_water(pool);
     {
-      ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", &spec == &specs.back() ? "" : "global");  // the rule / forced
+      ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", by_rule ? "" : "global");  // the rule / forced
       g.run();
     }
     const std::uint64_t high = pool_high_water(pool);
     const AttentionParams p = g.host.forward_params();
     const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
                                    ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
-    const std::uint64_t split_bytes = split ? 50ull * 5 * 192 * (p.head_dim + 1) * sizeof(float) : 0;
-    if (!spec.ragged() && p.seq_k > 0) {
+    const std::uint64_t bm = p.head_dim == 128 ? 192 : 128;  // FP8 tile rows (kernel_traits.cuh)
+    const std::uint64_t split_bytes = split ? 50ull * 5 * bm * (p.head_dim + 1) * sizeof(float) : 0;
+    if (by_rule && !rule_passes[index - rule_specs]) {
+      EXPECT_LT(high, vt_bytes) << "the rule ran the pass below its reuse threshold";
+    } else if (!spec.ragged() && p.seq_k > 0) {
       EXPECT_GE(high, vt_bytes + split_bytes) << "the pass's (and the split's) workspace was not allocated";
     }
     EXPECT_TRUE(g.host.out.margins_intact());
@@ -356,33 +371,57 @@ TEST(CudaFp8, GraphReplaysWithPassAndSplitMatchEagerCalls) {
   ScopedEnv vt("TESSERA_CUDA_FP8_V_TRANSPOSE", "global");
   ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", "50");
   auto rng = fresh_rng();
-  const CaseSpec spec = dense_fp8(40, 129, 1023, 8, 2, 128, opts(false));
-  GpuFp8Case g(spec, rng);
-  const AttentionCase other(spec, rng);  // another V, swapped in between replays
-  CapturedGraph graph([&](void* stream) {
-    ExecutionContext ctx;
-    ctx.stream = stream;
-    g.launch(ctx);
-  });
-  for (int replay = 0; replay < 4; ++replay) {
-    SCOPED_TRACE("replay " + std::to_string(replay));
-    g.v.upload(replay % 2 == 0 ? g.host.v : other.v);
-    g.run();  // eager, on the default stream
-    EXPECT_EQ(g.host.out.count_nan(), 0);
-    const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
-    expect_replay_writes(graph, g, o_eager, l_eager);
+  // d256: the V^T-only instance (kernel_traits.cuh) in the graph.
+  for (const CaseSpec& spec :
+       {dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)), dense_fp8(40, 129, 1023, 8, 2, 256, opts(false))}) {
+    GpuFp8Case g(spec, rng);
+    const AttentionCase other(spec, rng);  // another V, swapped in between replays
+    CapturedGraph graph([&](void* stream) {
+      ExecutionContext ctx;
+      ctx.stream = stream;
+      g.launch(ctx);
+    });
+    for (int replay = 0; replay < 4; ++replay) {
+      SCOPED_TRACE(spec.name() + " replay " + std::to_string(replay));
+      g.v.upload(replay % 2 == 0 ? g.host.v : other.v);
+      g.run();  // eager, on the default stream
+      EXPECT_EQ(g.host.out.count_nan(), 0);
+      const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
+      expect_replay_writes(graph, g, o_eager, l_eager);
+    }
   }
 }
 
 // Long rows: 8k keys, both head dims (the oracle on a few row blocks is too slow here, so the
-// whole output is checked against the naive fp8 baseline's bound on a small head count).
+// whole output is checked against the naive fp8 baseline's bound on a small head count); d256
+// also with V^T from the pass (the V^T-only instance: 64 K/V tiles through its overlapped
+// schedule, masked and not).
 TEST(CudaFp8, LongSequenceWithinRule) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   auto rng = fresh_rng();
-  for (const CaseSpec& spec : {dense_fp8(1, 256, 8192, 1, 1, 128, opts(false)), dense_fp8(1, 256, 4096, 1, 1, 256, opts(true))}) {
-    SCOPED_TRACE(spec.name());
+  struct LongCase {
+    CaseSpec spec;
+    const char* vt;  // TESSERA_CUDA_FP8_V_TRANSPOSE ("": the rule)
+  };
+  for (const LongCase& c : {LongCase{dense_fp8(1, 256, 8192, 1, 1, 128, opts(false)), ""},
+                            LongCase{dense_fp8(1, 256, 4096, 1, 1, 256, opts(true)), ""},
+                            LongCase{dense_fp8(1, 256, 8192, 1, 1, 256, opts(false)), "global"},
+                            LongCase{dense_fp8(1, 256, 8192, 1, 1, 256, opts(true)), "global"}}) {
+    const CaseSpec& spec = c.spec;
+    SCOPED_TRACE(spec.name() + " V^T " + c.vt);
+    ScopedEnv vt("TESSERA_CUDA_FP8_V_TRANSPOSE", c.vt);
     GpuFp8Case g(spec, rng);
+    // Forced pass: the pool's high-water mark shows its workspace, i.e. that the V^T-only
+    // instance ran and not a fallback to the transposing one.
+    int device = 0;
+    TESSERA_TEST_CUDA(cudaGetDevice(&device));
+    const cudaMemPool_t pool = *c.vt != '\0' ? tessera::cuda::scratch_pool(device) : nullptr;
+    if (pool != nullptr) reset_pool_high_water(pool);
     g.run();
+    if (pool != nullptr) {
+      EXPECT_GE(pool_high_water(pool), static_cast<std::uint64_t>(spec.head_dim) * ((spec.seq_k + 127) / 128 * 128) * spec.heads_kv * spec.batch)
+          << "the V^T pass did not run";
+    }
     EXPECT_EQ(g.host.out.count_nan(), 0);
     const AttentionParams p = g.host.forward_params();
     const auto oracle = cpu::reference::forward(p);

@@ -70,11 +70,14 @@ class NamedBar:
             self.gen += 1
 
 
-def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False):
+def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False, transposers=True):
     """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
     consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB), vt_global: FP8
-    with V^T loaded by the producer's TMA instead of transposed by warps; agents are generators
-    advanced in random order, TMA copies land at random later times."""
+    with V^T loaded by the producer's TMA instead of transposed by warps; transposers=False (with
+    vt_global): the V^T-only instance, no transposing warps at all (kernel_traits.cuh kVtOnly);
+    agents are generators advanced in random order, TMA copies land at random later times."""
+    assert transposers or (fp8 and vt_global), "only V^T-only FP8 instances lack the transposing warps"
+    tw = 3 if fp8 and transposers else 0  # transposing warps
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(QB)]
     q_empty = [MBar(W) for _ in range(QB)]
@@ -88,7 +91,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     # The tile ring: the producer publishes each tile it takes (and finally an end marker) in
     # slot r % 2; every consumer warp (4 per warpgroup) and transposing warp reads and releases.
     tile_full = [MBar(1) for _ in range(2)]
-    tile_empty = [MBar(4 * W + (3 if fp8 else 0)) for _ in range(2)]
+    tile_empty = [MBar(4 * W + tw) for _ in range(2)]
     slot = [None, None]
     END = "end"
     order = []  # warpgroups in the order they got their turns
@@ -261,7 +264,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
         if c == 0:
             yield from take()
 
-    agents = [producer()] + [consumer(c) for c in range(W)] + ([transposer()] if fp8 else [])
+    agents = [producer()] + [consumer(c) for c in range(W)] + ([transposer()] if tw else [])
     alive = list(agents)
     steps = 0
     stalled = 0
@@ -301,3 +304,5 @@ def test_protocol_random_schedule(seed):
     run(tiles, lambda t: lens[t], stages, seed, fp8=fp8, W=warpgroups, QB=q_buffers)
     # FP8 with V^T loaded by TMA from the pass's workspace (fp8_v_transpose.h).
     run(tiles, lambda t: lens[t], stages, seed + 7777, fp8=True, W=warpgroups, QB=q_buffers, vt_global=True)
+    # The V^T-only instance (FP8 d256: two consumer warpgroups, two Q buffers): no transposers.
+    run(tiles, lambda t: lens[t], stages, seed + 9999, fp8=True, W=2, QB=q_buffers, vt_global=True, transposers=False)

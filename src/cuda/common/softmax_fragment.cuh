@@ -54,32 +54,53 @@ __device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], ma
         if (col < r.begin || col >= r.end) s[n][e] = -INFINITY;
       }
   }
+  // The row max and the row sum run in four independent chains (n-tile n feeds chain
+  // n % kPartials), joined by a tree at the end: one running chain per row made the softmax of
+  // a tile a string of dependent FMNMX and FADD (~32 deep per row), which left a warp waiting
+  // on fixed latencies a third of the time where no other warp's softmax hid them (ncu, FP8 d256).
+  constexpr int kTiles = kBlockN / 8;
+  constexpr int kPartials = 4;
+  static_assert(kTiles >= kPartials, "scores_to_weights: tiles of at least 32 keys (every partial chain starts from a value)");
   float m_use[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = -INFINITY;
+    float part[kPartials];
 #pragma unroll
-    for (int n = 0; n < kBlockN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-    mx = sm80::quad_max(mx);
+    for (int n = 0; n < kTiles; ++n) {
+      const float v = fmaxf(s[n][2 * h], s[n][2 * h + 1]);
+      part[n % kPartials] = n < kPartials ? v : fmaxf(part[n % kPartials], v);
+    }
+#pragma unroll
+    for (int w = kPartials / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int k = 0; k < w; ++k) part[k] = fmaxf(part[k], part[k + w]);
+    float mx = sm80::quad_max(part[0]);
     // mul > 0, so the max of s * mul is mx * mul (and -inf stays -inf).
     alpha[h] = rows[h].enter_tile(mx * mul);
     // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
     // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
     m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;
   }
-  // The sums start from the first weight, not from 0: 0 + w == w for every weight ex2 can return
-  // (+0 included, never -0), so the values are the same without the two adds of 0.
-  float sum[2];
+  // The partial sums start from the first pair, not from 0 (no adds of 0).
+  float sum[2][kPartials];
 #pragma unroll
-  for (int n = 0; n < kBlockN / 8; ++n)
+  for (int n = 0; n < kTiles; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[n][e] = fast_exp2(fmaf(s[n][e], mul, -m_use[e >> 1]));
-      if (n == 0 && (e & 1) == 0) sum[e >> 1] = s[n][e];
-      else sum[e >> 1] += s[n][e];
+    for (int e = 0; e < 4; ++e) s[n][e] = fast_exp2(fmaf(s[n][e], mul, -m_use[e >> 1]));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float pair = s[n][2 * h] + s[n][2 * h + 1];
+      sum[h][n % kPartials] = n < kPartials ? pair : sum[h][n % kPartials] + pair;
     }
-  rows[0].add(sum[0]);
-  rows[1].add(sum[1]);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int w = kPartials / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int k = 0; k < w; ++k) sum[h][k] += sum[h][k + w];
+    rows[h].add(sum[h][0]);
+  }
 }
 
 // O rows *= alpha. kSkipWhenUnchanged: skip when no row of the warp changed its max (every

@@ -74,9 +74,10 @@ struct FwdArgs {
 };
 
 // One instance per (dtype, head dim, K tile width, mask kind, consumer warpgroups: 0 = the head
-// dim's default), defined in instance_hdim*.cu; a grid of min(tiles, num_sms) persistent CTAs
-// (launch_template.cuh says when one per tile).
-template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0>
+// dim's default, V^T-only: FP8 launches with vt_global, kernel_traits.cuh), defined in
+// instance_*.cu; a grid of min(tiles, num_sms) persistent CTAs (launch_template.cuh says when one
+// per tile).
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream);
 
 }  // namespace tessera::cuda::sm90

@@ -229,12 +229,16 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 // T: __half, __nv_bfloat16, or __nv_fp8_e4m3 (FP8: inputs times per-(sequence, kv head)
 // descales, P scaled by 2^8 into e4m3 range and rounded, V^T either loaded by TMA from the pass
 // of fp8_v_transpose.h (FwdArgs::vt_global) or transposed in shared memory by three producer
-// warps, bf16 output).
-template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0>
-__global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs>::kThreads, 1)
+// warps, bf16 output). kVtOnly: an FP8 instance for vt_global launches only (kernel_traits.cuh).
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false>
+__global__ void __launch_bounds__(
+    FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly>::kThreads, 1)
     forward_kernel(const __grid_constant__ FwdArgs a) {
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
-  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs, kVtOnly>;
+  // V^T from the workspace: always in a V^T-only instance (the host launches it only then). Read
+  // where used (a value kept from here changed the other instances' SASS).
+  auto vt_global = [&] { return kVtOnly || (kFp8 && a.vt_global); };
   constexpr bool kSplit = kFp8 && !kMasked;  // the instances whose launch may split its tail (FwdArgs)
   using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
@@ -300,10 +304,11 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
       mbarrier_init(k_full(s), 1);
       mbarrier_init(v_full(s), 1);
       mbarrier_init(k_empty(s), Tr::kConsumerWarps);
-      // FP8: the transposing warps free the V tile, the consumers the transposed one.
-      mbarrier_init(v_empty(s), kFp8 ? Tr::kTransposeWarps : Tr::kConsumerWarps);
+      // FP8: the transposing warps free the V tile, the consumers the transposed one (V^T-only:
+      // no V stage, the barrier unused; a count of 0 is not allowed).
+      mbarrier_init(v_empty(s), kFp8 ? (Tr::kTransposing ? Tr::kTransposeWarps : 1) : Tr::kConsumerWarps);
       if constexpr (kFp8) {
-        mbarrier_init(vt_full(s), a.vt_global ? 1 : Tr::kTransposeWarps);  // the TMA's one arrival, or each warp's
+        mbarrier_init(vt_full(s), vt_global() ? 1 : Tr::kTransposeWarps);  // the TMA's one arrival, or each warp's
         mbarrier_init(vt_empty(s), Tr::kConsumerWarps);
       }
     }
@@ -326,7 +331,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&a.map_q);
       prefetch_tensor_map(&a.map_k);
-      if (kFp8 && a.vt_global) prefetch_tensor_map(&a.map_vt);
+      if (vt_global()) prefetch_tensor_map(&a.map_vt);
       else prefetch_tensor_map(&a.map_v);
       int it = 0;       // K/V tiles loaded so far (ring position)
       int q_round = 0;  // Q tiles loaded so far
@@ -372,7 +377,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
             load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, Tr::kPanelCols * p, row, h_kv, seq);
           if (i == 0) load_q();
           if constexpr (kFp8) {
-            if (a.vt_global) {  // V^T ready in global memory: straight into the P V operand's stage
+            if (vt_global()) {  // V^T ready in global memory: straight into the P V operand's stage
               mbarrier_wait_parity(vt_empty(stage), parity);
               mbarrier_arrive_expect_tx(vt_full(stage), Tr::kVtTileBytes);
               tma_load_4d(sVt(stage), &a.map_vt, vt_full(stage), row, 0, h_kv, seq);
@@ -388,7 +393,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
         tile = next_tile(tile);
       }
     }
-    if constexpr (kFp8) {
+    if constexpr (Tr::kTransposing) {
       // Warps 1-3: V -> V^T for every K/V tile, in the order the TMA thread loads them.
       if (threadIdx.x >= 32) {
         const int lane = threadIdx.x % 32;
@@ -557,7 +562,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kBlockN, std::is_same_v<T,
                   issue_pv,
                   weights,
                   [&] {
-                    if constexpr (!kFp8) end_softmax_block(rows);
+                    // The overlapped FP8 instance (V^T-only d256) needs the pin too: without it
+                    // ptxas put the P V wait above the row max, and only the soft-cap path's exp2
+                    // ran under P V (SASS, eighteenth session).
+                    if constexpr (!kFp8 || !Tr::kSerialGemms) end_softmax_block(rows);
                   },
                   [&] { rescale_rows<D, false>(o, alpha); },
                   pack,

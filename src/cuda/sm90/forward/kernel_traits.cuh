@@ -16,7 +16,8 @@
 //                 masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
 //   fp8 d128: 192 x 128 tiles (3 consumer warpgroups), 3 stages of K, V and V^T: Q 2 x 24 + 3 x 48 = 192 KB
-//   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: Q 32 + 2 x 96 = 224 KB
+//   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: Q 32 + 2 x 96 = 224 KB;
+//             V^T only (kVtOnly: V^T from the pass's workspace): Q 2 x 32 + 2 x 64 = 192 KB
 // (Q 2 x: two Q buffers, where they fit; see kQBuffers.)
 // Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
 // rescale) over more keys; masked problems keep 128 so fewer keys are computed and thrown away
@@ -61,11 +62,17 @@ constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false) {
 
 // kWarpgroups_: consumer warpgroups; 0 takes consumer_warpgroups_for (the only other instance
 // is head_dim 64 masked with two, see kTwoWarpgroupMaxKeysD64).
-template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0>
+// kVtOnly_ (FP8 only): the instance for calls whose V^T the pass of fp8_v_transpose.h made
+// (FwdArgs::vt_global): no V stages and no transposing warps, so the producer warpgroup runs on
+// 24 registers and, at head_dim 256, the consumers on 240, enough for O (128), S (64) and P (16)
+// at once: the overlapped schedule instead of the serial one (see kSerialGemms).
+template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0, bool kVtOnly_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kElemBytes = kElemBytes_;  // 2: f16/bf16, 1: e4m3
   static constexpr bool kFp8 = kElemBytes == 1;
+  static constexpr bool kVtOnly = kVtOnly_;
+  static_assert(!kVtOnly || kFp8, "V^T-only instances are FP8's");
   static_assert((kHeadDim * kElemBytes) % 128 == 0, "head_dim is a whole number of 128-byte panels");
   static constexpr int kConsumerWarpgroups = kWarpgroups_ > 0 ? kWarpgroups_ : consumer_warpgroups_for(kHeadDim, kFp8);
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
@@ -80,17 +87,19 @@ struct FwdTraits {
   // consumer warpgroups (head_dim 64): 128 x 24 + 384 x 160 = 64,512. FP8: the producer
   // warpgroup also transposes V (3 warps): 128 x 32 + 384 x 160 = 65,536 at head_dim 128 (three
   // consumer warpgroups), 128 x 40 + 256 x 232 = 64,512 at 256 (its consumers hold 128
-  // accumulators of O).
-  static constexpr int kProducerRegs = kFp8 ? (kHeadDim == 128 ? 32 : 40) : 24;
+  // accumulators of O); without the transposing warps (kVtOnly) as for 16-bit types.
+  static constexpr bool kTransposing = kFp8 && !kVtOnly;
+  static constexpr int kProducerRegs = kTransposing ? (kHeadDim == 128 ? 32 : 40) : 24;
   static constexpr int kConsumerRegs =
-      kFp8 ? (kHeadDim == 128 ? 160 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
+      kTransposing ? (kHeadDim == 128 ? 160 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
-  static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
+  static constexpr int kTransposeWarps = kTransposing ? 3 : 0;
   // FP8: O + S (64) + P (16) registers in flight at once exceed what ptxas can keep for
   // asynchronous wgmma (O 128 at head_dim 256 in 232 registers; O 64 at 128 in three
   // warpgroups' 160: it serialized every wgmma, C7512, and spilled 144 B), so the FP8 instances
-  // complete P V before they issue the next Q K^T.
-  static constexpr bool kSerialGemms = kFp8;
+  // complete P V before they issue the next Q K^T; except the V^T-only head_dim 256 one, whose
+  // 240 registers hold them (ptxas: 0 spill, the P V wait after the softmax in SASS).
+  static constexpr bool kSerialGemms = kFp8 && !(kVtOnly && kHeadDim == 256);
 
   static constexpr int kPanels = kHeadDim * kElemBytes / 128;  // 128-byte column panels
   static constexpr int kPanelCols = 128 / kElemBytes;          // elements per panel row
@@ -100,6 +109,7 @@ struct FwdTraits {
   static constexpr int kKVTileBytes = kPanels * kKVPanelBytes;
   // FP8: V^T (head_dim rows of kBlockN keys), K-major for the P V product.
   static constexpr int kVtTileBytes = kFp8 ? kHeadDim * 128 : 0;
+  static constexpr int kVStageBytes = kVtOnly ? 0 : kKVTileBytes;  // a V stage (none: V^T-only)
   // Barriers: Q full and Q empty per Q buffer, tile full and tile empty per slot of the tile
   // ring, then K full / K empty / V full / V empty (/ Vt full / Vt empty for fp8), kStages each.
   static constexpr int kTileSlots = 2;  // tile indices the producer publishes ahead
@@ -108,7 +118,7 @@ struct FwdTraits {
   // tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
   // kernel rounds it up).
   static constexpr int kRingBytes =
-      2 * kStages * kKVTileBytes + kStages * kVtTileBytes + 8 * (4 + kStageBarriers) + 4 * kTileSlots + 1024;
+      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + 8 * (4 + kStageBarriers) + 4 * kTileSlots + 1024;
   // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
   // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
   // waits for the epilogue (the consumers stage O in the buffer Q was in).
@@ -116,7 +126,7 @@ struct FwdTraits {
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBuffers * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
-  static constexpr int kVtOffset = kVOffset + kStages * kKVTileBytes;
+  static constexpr int kVtOffset = kVOffset + kStages * kVStageBytes;
   static constexpr int kBarrierOffset = kVtOffset + kStages * kVtTileBytes;
   static constexpr int kQBarriers = 2 * kQBuffers;
   static constexpr int kBarriers = kQBarriers + kStageBarriers;

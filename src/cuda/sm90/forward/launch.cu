@@ -83,9 +83,16 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
   return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);
 }
 
-// FP8: head_dim 128 and 256, K tiles of 128 keys.
+// FP8: head_dim 128 and 256, K tiles of 128 keys; at 256, launches with V^T from the pass take
+// the V^T-only instances (overlapped schedule, kernel_traits.cuh).
 template <int D>
 void launch_fp8_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+  if constexpr (D == 256) {
+    if (a.vt_global) {
+      if (masked) return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, true, true), true, 0, true>(a, num_sms, p.stream);
+      return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, false, true), false, 0, true>(a, num_sms, p.stream);
+    }
+  }
   if (masked) return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, true, true), true>(a, num_sms, p.stream);
   return launch_forward<__nv_fp8_e4m3, D, block_n_for(D, false, true), false>(a, num_sms, p.stream);
 }
@@ -125,8 +132,11 @@ bool forward_applicable(const AttentionParams& p, std::string* why) {
   const int major = dev.major, minor = dev.minor, optin = dev.smem_optin;
   // sm_90a code runs on compute capability 9.0 only.
   if (major != 9 || minor != 0) return fail(why, "device: compute capability 9.0 only");
+  // FP8 d256: the V^T-only instance as well (kernel_traits.cuh), whichever a call takes.
   const int smem = p.dtype == DType::e4m3
-                       ? (p.head_dim == 128 ? FwdTraits<128, 128, 1>::kSmemBytes : FwdTraits<256, 128, 1>::kSmemBytes)
+                       ? (p.head_dim == 128 ? FwdTraits<128, 128, 1>::kSmemBytes
+                                            : std::max(FwdTraits<256, 128, 1>::kSmemBytes,
+                                                       FwdTraits<256, 128, 1, 0, true>::kSmemBytes))
                        : smem_bytes(p.head_dim);
   if (optin < smem) return fail(why, "device: not enough opt-in shared memory");
   if (why != nullptr) why->clear();

@@ -1,4 +1,5 @@
-// launch_forward<T, kHeadDim, kBlockN, kMasked, kConsumerWGs>: the host side of one sm90 instance (included by instance_hdim*.cu).
+// launch_forward<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly>: the host side of one sm90 instance (included by
+// instance_*.cu).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -13,15 +14,19 @@
 #include "cuda/sm90/forward/split_merge.cuh"
 #include "cuda/sm90/forward/split_tail_plan.h"
 #include "dispatch/path_override.h"
+#include "tessera/error.h"
 
 namespace tessera::cuda::sm90 {
 
-template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs>
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs, bool kVtOnly>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
-  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly>;
   const long long tiles = args.num_tiles;
   if (tiles == 0) return;
-  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs>;
+  if (kVtOnly && !args.vt_global)
+    throw Error(ErrorCode::backend_failure, "v",
+                "sm90 fp8 forward: expected the V^T workspace for the V^T-only instance, got none (an internal error)");
+  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   // Unmasked dense tiles all cost the same: persistent CTAs, one per SM (shared memory allows
   // no more), CTA x walking tiles x, x + grid, ..., so a tile's epilogue and the next one's
