@@ -87,6 +87,15 @@ TEST(ForwardSplitTail, BenchShapesAtSixteenK) {
   // FP8 d256, 8 heads, 128-row tiles: 1024 tiles, 100 left: 2-4 parts fill a whole round, 5 parts
   // (of 25 or 26 K/V tiles) 4 x 26 / 128 of one; 6-8 parts no less, with more merge.
   EXPECT_EQ(split(1024, 132, 128), P(100, 5));
+  // bf16 d128, 16 heads, 128-row tiles of 176-key K/V tiles: 2048 tiles, 68 left, 94 K/V tiles.
+  EXPECT_EQ(split(2048, 132, 94), P(68, 5));
+  // bf16 d256, 8 heads, 80-key K/V tiles: 1024 tiles, 100 left, 205 K/V tiles.
+  EXPECT_EQ(split(1024, 132, 205), P(100, 5));
+  // bf16 d64, 32 heads, 192-row tiles: 2752 tiles, 112 left, 128 K/V tiles: no k pays.
+  EXPECT_EQ(split(2752, 132, 128), P(0, 1));
+  // 4k: d128 (24 K/V tiles of 176) and d256 (52 of 80): the merge outweighs what parts save.
+  EXPECT_EQ(split(2048, 132, 24), P(0, 1));
+  EXPECT_EQ(split(1024, 132, 52), P(0, 1));
 }
 
 TEST(ForwardSplitTail, PartsAndTheirLimits) {

@@ -1,4 +1,4 @@
-// Which of a dense, unmasked FP8 forward launch's tiles run split over their K/V tiles, and in
+// Which of a dense, unmasked sm90 forward launch's tiles (any dtype) run split over their K/V tiles, and in
 // how many parts (host only; CPU-tested in tests/cpu/test_tail_plan.cpp). A persistent launch of
 // `tiles` equal tiles on `ctas` CTAs runs ceil(tiles / ctas) rounds; the last one holds
 // left = tiles mod ctas tiles. Run as k parts each (K/V tiles [n h / k, n (h + 1) / k)), they
@@ -10,7 +10,9 @@
 //   FP8 d128 16k: 1376 tiles on 132 CTAs, 56 left: halves, 10.5 rounds instead of 11 (measured
 //   0.975 of the unsplit time, seventeenth session; 7 parts would take 3 / 7 but merge 3.5x more);
 //   FP8 d256 16k: 1024 tiles, 100 left: two to four parts fill no fewer rounds, five parts (of
-//   25 or 26 K/V tiles) take 4 x 26 / 128 of one (7.81 rounds instead of 8).
+//   25 or 26 K/V tiles) take 4 x 26 / 128 of one (7.81 rounds instead of 8);
+//   bf16 d128 16k: 2048 tiles, 68 left, 94 K/V tiles of 176 keys: five parts, 0.61 + 0.14;
+//   bf16 d256 16k: 1024 tiles, 100 left, 205 K/V tiles of 80 keys: five parts, 0.80 + 0.06.
 #pragma once
 
 namespace tessera::cuda::sm90 {
