@@ -73,7 +73,7 @@ TEST(TailPlan, ForcedPiecesTakeTheLastQuarterAndKeepOneMainTile) {
   EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
 }
 
-// The FP8 forward's split tail (src/cuda/sm90/forward/split_tail_plan.h).
+// The sm90 forward's split tail (src/cuda/sm90/forward/split_tail_plan.h).
 std::pair<long long, int> split(long long tiles, long long ctas, long long kv_tiles, int forced = -1, int parts = 2) {
   const cuda::sm90::SplitTail t = cuda::sm90::forward_split_tail(tiles, ctas, kv_tiles, forced, parts);
   return {t.tiles, t.parts};
@@ -96,6 +96,11 @@ TEST(ForwardSplitTail, BenchShapesAtSixteenK) {
   // 4k: d128 (24 K/V tiles of 176) and d256 (52 of 80): the merge outweighs what parts save.
   EXPECT_EQ(split(2048, 132, 24), P(0, 1));
   EXPECT_EQ(split(1024, 132, 52), P(0, 1));
+  // bf16 d64 4k: 2816 tiles of 192 rows, 44 left, 32 K/V tiles: thirds (0.34 + 0.24 merge).
+  EXPECT_EQ(split(2816, 132, 32), P(44, 3));
+  // 1k: 8 K/V tiles (d64: 3072 tiles, d256: 1024 with 13 of 80 keys): none.
+  EXPECT_EQ(split(3072, 132, 8), P(0, 1));
+  EXPECT_EQ(split(1024, 132, 13), P(0, 1));
 }
 
 TEST(ForwardSplitTail, PartsAndTheirLimits) {

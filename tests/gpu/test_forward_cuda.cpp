@@ -398,6 +398,8 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
   const SplitCase cases[] = {
       {dense(bf16, 2, 129, 2100, 4, 2, 128, opts(false)), "5:3", 5, 3},  // d128 (past the short-key instance)
       {dense(f16, 2, 200, 300, 4, 1, 64, opts(false)), "16:5", 16, 5},   // d64: 3 K/V tiles in 5 parts
+      {dense(f16, 1, 200, 2300, 2, 1, 128, opts(false), 16), "3:2", 3, 2},  // fp16 d128, padded strides
+      {dense(f16, 1, 130, 500, 2, 2, 256, opts(false), 16), "4:3", 4, 3},   // fp16 d256, padded strides
       {dense(bf16, 1, 300, 700, 2, 1, 256, opts(false, -1, -1, 2.0f)), "6:8", 6, 8},  // d256, softcap, every tile
       {dense(f16, 2, 40, 0, 2, 1, 64, opts(false)), "4", 4, 2},          // no keys: every part empty
       {dense(bf16, 47, 129, 2048, 4, 2, 64, opts(false)), "", rule.tiles, rule.parts},  // the rule

@@ -21,7 +21,7 @@ struct FwdArgs {
   // place of V and the kernel's transposing warps stand idle. Otherwise unused.
   CUtensorMap map_vt;
   bool vt_global = false;
-  void* o = nullptr;  // ragged and fp8: the epilogue stores rows itself (no TMA store)
+  void* o = nullptr;  // ragged and fp8: the epilogue stores rows itself (no TMA store); split tails: the merge
   std::int64_t o_batch = 0, o_row = 0, o_head = 0;
   float* lse = nullptr;  // nullptr: not requested
   std::int64_t lse_batch = 0, lse_head = 0;
