@@ -182,4 +182,34 @@ class ScopedEnv {
   std::string old_;
 };
 
+// A CUDA graph of what `record(stream)` enqueues on a stream of its own (captured once, at
+// construction); replay() launches it and waits for it. Destroys graph and stream on scope exit.
+class CapturedGraph {
+ public:
+  template <typename Record>
+  explicit CapturedGraph(Record&& record) {
+    TESSERA_TEST_CUDA(cudaStreamCreate(&stream_));
+    TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    record(static_cast<void*>(stream_));
+    TESSERA_TEST_CUDA(cudaStreamEndCapture(stream_, &graph_));
+    TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~CapturedGraph() {
+    if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void replay() {
+    TESSERA_TEST_CUDA(cudaGraphLaunch(exec_, stream_));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 }  // namespace tessera::testing

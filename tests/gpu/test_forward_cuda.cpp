@@ -256,30 +256,21 @@ TEST(CudaForward, GraphReplaysOfAMaskedLaunchMatchTheEagerCall) {
   g.run();
   EXPECT_EQ(g.host.out.count_nan(), 0);
   const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
-  cudaStream_t stream = nullptr;
-  TESSERA_TEST_CUDA(cudaStreamCreate(&stream));
-  ExecutionContext ctx;
-  ctx.stream = stream;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), g.lse.view(), g.host.options(), ctx);
-  TESSERA_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CapturedGraph graph([&](void* stream) {
+    ExecutionContext ctx;
+    ctx.stream = stream;
+    attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), g.lse.view(), g.host.options(), ctx);
+  });
   for (int replay = 0; replay < 3; ++replay) {
     SCOPED_TRACE("replay " + std::to_string(replay));
     g.out.poison(g.host.out);
     g.lse.poison(g.host.lse);
-    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream));
-    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+    graph.replay();
     g.out.download(g.host.out);
     g.lse.download(g.host.lse);
     EXPECT_TRUE(o_eager == g.host.out.bytes());
     EXPECT_TRUE(l_eager == g.host.lse.bytes());
   }
-  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
-  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
-  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
 // The tile counter comes from tessera's scratch pool: one pool per device, and it must keep its

@@ -357,16 +357,11 @@ TEST(CudaFp8, GraphReplaysWithPassAndSplitMatchEagerCalls) {
   const CaseSpec spec = dense_fp8(40, 129, 1023, 8, 2, 128, opts(false));
   GpuFp8Case g(spec, rng);
   const AttentionCase other(spec, rng);  // another V, swapped in between replays
-  cudaStream_t stream = nullptr;
-  TESSERA_TEST_CUDA(cudaStreamCreate(&stream));
-  ExecutionContext ctx;
-  ctx.stream = stream;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  TESSERA_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  g.launch(ctx);
-  TESSERA_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-  TESSERA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CapturedGraph graph([&](void* stream) {
+    ExecutionContext ctx;
+    ctx.stream = stream;
+    g.launch(ctx);
+  });
   for (int replay = 0; replay < 4; ++replay) {
     SCOPED_TRACE("replay " + std::to_string(replay));
     g.v.upload(replay % 2 == 0 ? g.host.v : other.v);
@@ -375,16 +370,12 @@ TEST(CudaFp8, GraphReplaysWithPassAndSplitMatchEagerCalls) {
     const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
     g.out.poison(g.host.out);
     g.lse.poison(g.host.lse);
-    TESSERA_TEST_CUDA(cudaGraphLaunch(exec, stream));
-    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+    graph.replay();
     g.out.download(g.host.out);
     g.lse.download(g.host.lse);
     EXPECT_TRUE(o_eager == g.host.out.bytes());
     EXPECT_TRUE(l_eager == g.host.lse.bytes());
   }
-  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
-  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
-  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
 // Long rows: 8k keys, both head dims (the oracle on a few row blocks is too slow here, so the
