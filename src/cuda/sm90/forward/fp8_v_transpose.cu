@@ -1,7 +1,12 @@
-// The FP8 forward's V^T pass (fp8_v_transpose.h). One CTA per (128-key tile, kv head, sequence);
-// a thread takes units of 16 keys x 4 columns: 16 coalesced 4-byte loads (a warp reads 32
-// consecutive words of one key row), a byte transpose in registers, and four 16-byte stores
-// (rows d .. d + 3 of V^T, logical keys 16 u .. 16 u + 15).
+// The FP8 forward's V^T pass (fp8_v_transpose.h). One CTA per (128-key tile, kv head, sequence).
+// Phase 1: a thread takes units of 16 keys x 4 columns: 16 coalesced 4-byte loads (a warp reads
+// 32 consecutive words of one key row), a byte transpose in registers, and four 16-byte rows into
+// the CTA's V^T tile in shared memory. Phase 2: the tile goes out as whole 128-byte rows (8 lanes
+// per row), so every store instruction writes 4 full lines (the first version stored 16 bytes to
+// each of 32 rows per instruction and ran at ~40 % of the copy ceiling).
+// Shared tile: row n (column n of V), 16-byte chunk c at chunk c ^ ((n / 4) % 8): phase 1's
+// quarter-warp (8 lanes, words w .. w + 7, rows 4 w + j) then hits 8 distinct chunks, and so does
+// phase 2's (one row, 8 chunks). tests/python/test_fp8_vt_pass_model.py models both phases.
 #include "cuda/sm90/forward/fp8_v_transpose.h"
 
 #include <cstdint>
@@ -30,17 +35,23 @@ __global__ void __launch_bounds__(kThreads) fp8_v_transpose_kernel(const std::ui
                                                                     std::uint8_t* __restrict__ vt) {
   constexpr int kWords = D / 4;               // 4-column words per key row
   constexpr int kUnits = kWords * (128 / 16);  // (word, 16-key block) units per 128-key tile
+  // Whole loops without guards, and w % 8 spanning 8 swizzle residues within a quarter-warp.
+  static_assert(D == 128 || D == 256, "kUnits and D x 8 multiples of the block size");
+  __shared__ __align__(16) std::uint8_t tile[D * 128];
   const int key0 = blockIdx.x * 128, h = blockIdx.y, b = blockIdx.z;
   const std::uint8_t* src = v + b * batch + h * head;
-  std::uint8_t* dst = vt + (static_cast<std::int64_t>(b) * heads_kv + h) * D * pitch;
-  for (int u = threadIdx.x; u < kUnits; u += kThreads) {
+  std::uint8_t* dst = vt + (static_cast<std::int64_t>(b) * heads_kv + h) * D * pitch + key0;
+#pragma unroll
+  for (int u0 = 0; u0 < kUnits; u0 += kThreads) {
+    const int u = u0 + threadIdx.x;
     const int w = u % kWords, kb = u / kWords;  // a warp: consecutive words of one 16-key block
     const int k16 = key0 + 16 * kb;
     std::uint32_t in[16];
 #pragma unroll
     for (int k = 0; k < 16; ++k)
       in[k] = k16 + k < seq_k ? *reinterpret_cast<const std::uint32_t*>(src + (k16 + k) * row + 4 * w) : 0u;
-    // Output rows 4 w + j, words m = 0 .. 3 (logical keys 4 m .. 4 m + 3 = keys 2m, 2m+1, 2m+8, 2m+9).
+    // Rows 4 w + j, words m = 0 .. 3 of chunk kb (logical keys 4 m .. 4 m + 3 of the 16 = keys
+    // 2m, 2m+1, 2m+8, 2m+9).
     std::uint32_t rows[4][4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
@@ -49,9 +60,18 @@ __global__ void __launch_bounds__(kThreads) fp8_v_transpose_kernel(const std::ui
 #pragma unroll
       for (int j = 0; j < 4; ++j) rows[j][m] = q[j];
     }
+    const int chunk = kb ^ (w % 8);  // rows 4 w .. 4 w + 3 share (row / 4) % 8 = w % 8
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      *reinterpret_cast<uint4*>(dst + (4 * w + j) * pitch + k16) = make_uint4(rows[j][0], rows[j][1], rows[j][2], rows[j][3]);
+      *reinterpret_cast<uint4*>(tile + (4 * w + j) * 128 + 16 * chunk) = make_uint4(rows[j][0], rows[j][1], rows[j][2], rows[j][3]);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i0 = 0; i0 < D * 8; i0 += kThreads) {
+    const int i = i0 + threadIdx.x;
+    const int n = i / 8, c = i % 8;  // row n, logical chunk c (keys 16 c .. 16 c + 15)
+    const uint4 x = *reinterpret_cast<const uint4*>(tile + n * 128 + 16 * (c ^ ((n / 4) % 8)));
+    *reinterpret_cast<uint4*>(dst + n * pitch + 16 * c) = x;
   }
 }
 
