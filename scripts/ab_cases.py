@@ -3,8 +3,11 @@
 each round in every tree in turn (A, B, C, .. per case; round r starts at tree r mod n), through one warm `bench/profile_case.py
 --serve` process per tree, so that no case pays for starting Python and torch (~5 s each, most of
 a case's time). Prints the Markdown table gpu-ab writes to ab.txt: per case each tree's medians
-"round 1 / round 2 / ..", each tree's mean over A's, and A's spread ((max - min) / mean of its
-rounds): a ratio whose distance from 1 is inside the spread is not an effect.
+"round 1 / round 2 / ..", each tree's mean over A's, A's spread ((max - min) / mean of its
+rounds), and each tree's range of per-round ratios to A ("B / A by round": the ratio within each
+round, whose trees ran minutes apart at most, lowest-highest). A ratio whose distance from 1 is
+inside A's spread may still be an effect if every round's ratio lies on the same side of 1: a
+drift of the machine between rounds moves both trees of a round alike.
 
   scripts/ab_cases.py [--rounds N] --timeout SECONDS TREE_A TREE_B [TREE...] -- "CASE" ["CASE" ...]
 
@@ -111,9 +114,10 @@ def table(cases, trees, timeout, harness=HARNESS, rounds=2):
     servers = [Server(t, harness) for t in trees]
     n = len(trees)
     head = "| case |" + "".join(f" {LABELS[i]} ms |" for i in range(n)) + "".join(
-        f" {LABELS[i]} / A |" for i in range(1, n)) + " A spread |"
+        f" {LABELS[i]} / A |" for i in range(1, n)) + " A spread |" + "".join(
+        f" {LABELS[i]} / A by round |" for i in range(1, n))
     print(head)
-    print("|---|" + "---|" * (2 * n))
+    print("|---|" + "---|" * (3 * n - 1))
     try:
         for case in cases:
             times = [[None] * rounds for _ in range(n)]
@@ -133,7 +137,13 @@ def table(cases, trees, timeout, harness=HARNESS, rounds=2):
             cells = [" / ".join("?" if x is None else f"{x:.3f}" for x in times[i]) for i in range(n)]
             ratios = [f"{mean(i) / mean(0):.3f}" if mean(i) and mean(0) else "n/a" for i in range(1, n)]
             spread = f"{(max(times[0]) - min(times[0])) / mean(0):.3f}" if mean(0) else "n/a"
-            print("| " + case + " | " + " | ".join(cells + ratios + [spread]) + " |", flush=True)
+
+            def by_round(i):
+                r = [times[i][k] / times[0][k] for k in range(rounds) if times[i][k] and times[0][k]]
+                return f"{min(r):.3f}-{max(r):.3f}" if r else "n/a"
+
+            paired = [by_round(i) for i in range(1, n)]
+            print("| " + case + " | " + " | ".join(cells + ratios + [spread] + paired) + " |", flush=True)
     finally:
         for s in servers:
             s.stop()

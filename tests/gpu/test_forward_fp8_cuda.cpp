@@ -234,9 +234,9 @@ TEST(CudaFp8, VTransposePassWritesWhatThePVProductReads) {
 // bytes reach the same wgmma, so outputs and LSEs must be bit-identical, over the whole grid
 // (odd key counts: the pass zeroes the keys past seq_k in the last 128-key tile; padded
 // strides; GQA; masks). The pool's high-water mark shows whether the pass's workspace was
-// allocated, i.e. whether the pass ran. Beyond the grid: a launch whose last round the split
-// tail takes (pass and split together, as at 16k), and a GQA 8 one whose reuse makes the host
-// rule choose the pass by itself (checked without the knob).
+// allocated, i.e. whether the pass ran. Beyond the grid: a launch with a forced split tail (50 of
+// its 320 tiles in 5 parts: pass and split together, V^T loaded at the parts' K/V offsets), and a
+// GQA 8 one whose reuse makes the host rule choose the pass by itself (checked without the knob).
 TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   int device = 0;
@@ -308,6 +308,10 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
   TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // 188 tiles (47 x 4 heads x 1 query block) of 16 K/V tiles: what the rule splits on this device.
   const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, -1);
+  if (sms == 132) {  // the H200 / H100 SXM: the rule must split here, or the case below tests nothing
+    EXPECT_EQ(rule.tiles, 56);
+    EXPECT_EQ(rule.parts, 2);
+  }
   auto rng = fresh_rng();
   struct SplitCase {
     CaseSpec spec;

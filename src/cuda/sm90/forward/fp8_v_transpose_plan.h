@@ -1,19 +1,21 @@
 // Whether a dense FP8 forward call makes V^T by the pass of fp8_v_transpose.h (host only; CPU-
 // tested in tests/cpu/test_tail_plan.cpp). The kernel's own transpose costs one shared-memory
 // transpose of each K/V tile per query tile that visits it; the pass costs one read and one write
-// of V, ~50 us at 16k tokens x 2048 columns on the H200 (seventeenth session). Visits per K/V
-// tile and query head (fp8_query_tiles_per_kv_tile): every query tile (m_blocks) unmasked, about
-// half of them under a causal mask, and under a window bounded on both sides only the query
-// tiles that reach into it. Times the GQA group, that is the reuse. Measured (bench/RESULTS.md,
-// seventeenth session; time with the pass / without): d128 16k (reuse 86, causal ~43) 0.971,
-// causal 0.996; d256 16k (128, ~64) 0.938, causal 0.960; d256 4k (32, ~16) 0.960, causal 1.088;
-// d128 4k (22) 1.039; 1k (6-8) 1.24-1.32. The pass runs where the reuse is at least
+// of V, ~13 us at 16k tokens x 2048 columns on the H200 (eighteenth session; ~50 us before its
+// stores were staged as whole rows). Visits per K/V tile and query head
+// (fp8_query_tiles_per_kv_tile): every query tile (m_blocks) unmasked, about half of them under
+// a causal mask, and under a window bounded on both sides only the query tiles that reach into
+// it. Times the GQA group, that is the reuse. Measured with the ~13 us pass (bench/RESULTS.md,
+// eighteenth session; time with the pass / without, both forced in one tree): d128 4k (reuse
+// 22) 0.995, d128 4k causal (11) 1.005, d256 4k causal (16) 0.973; with the ~50 us pass
+// (seventeenth session) d128 16k (86, causal ~43) 0.971 / 0.996, d256 16k (128, ~64) 0.938 /
+// 0.960, d256 4k (32) 0.960, and 1k (6-8) 1.24-1.32. The pass runs where the reuse is at least
 // kFp8VtMinReuse, which takes every winner of those and no loser.
 #pragma once
 
 namespace tessera::cuda::sm90 {
 
-constexpr long long kFp8VtMinReuse = 32;
+constexpr long long kFp8VtMinReuse = 16;
 
 // Query tiles of block_m rows that visit one K/V tile of block_n keys, on average. window_left /
 // window_right: the keys a row sees to its left / right (-1: unbounded); causal bounds the right
