@@ -379,7 +379,7 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
   const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
   if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no split";
   const DType f16 = DType::f16, bf16 = DType::bf16;
-  const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 64, -1);
+  const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, 64, -1);
   struct SplitCase {
     CaseSpec spec;
     const char* knob;

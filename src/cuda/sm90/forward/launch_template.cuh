@@ -77,7 +77,7 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
     if (!ragged) {
       const dispatch::ForwardSplitTail forced = dispatch::forward_split_tail_override();
       const SplitTail plan = forward_split_tail(
-          tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN, kHeadDim, forced.tiles,
+          tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN, kBlockN, kHeadDim, forced.tiles,
           forced.parts);
       n_split = plan.tiles;
       parts = plan.parts;
