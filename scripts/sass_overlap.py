@@ -11,9 +11,13 @@ the 0x1 wait proves nothing; this counts what lies between each 0x1 wait and the
   cuobjdump -sass OBJ | scripts/sass_overlap.py [--kernel REGEX]
   scripts/sass_overlap.py --cuobjdump PATH OBJ [--kernel REGEX]
 
-Prints per function and per 0x1 wait: instructions and MUFU.EX2 up to the next 0x0 wait. A
-schedule whose softmax overlaps shows ~64-130 MUFU.EX2 per wait (a 128-key tile: 64 per thread
-on the plain path, 64 more on the soft-cap path, plus the rescale factors)."""
+Prints per function and per 0x1 wait: instructions, MUFU.EX2 and FMNMX up to the next 0x0 wait.
+A schedule whose softmax overlaps shows ~64-130 MUFU.EX2 per wait (a 128-key tile: 64 per thread
+on the plain path, 64 more on the soft-cap path, plus the rescale factors) and the plain path's
+row max, ~64 FMNMX. Count the FMNMX: ptxas can leave the soft-cap path's 64 exp2 between the
+waits and put the wait above the plain path's row max (the eighteenth session's V^T-only FP8
+d256 before its pin: 64 MUFU.EX2 but 1 FMNMX between the waits, the softmax that runs not
+overlapped)."""
 import argparse
 import re
 import subprocess
@@ -21,7 +25,7 @@ import sys
 
 
 def overlap_report(sass_text, kernel_regex=None):
-    """[(function, instructions, mufu_ex2)] for each DEPBAR 0x1 .. next DEPBAR 0x0 span."""
+    """[(function, instructions, mufu_ex2, fmnmx)] for each DEPBAR 0x1 .. next DEPBAR 0x0 span."""
     out, func, open_span = [], None, None
     pattern = re.compile(kernel_regex) if kernel_regex else None
     for line in sass_text.splitlines():
@@ -37,7 +41,7 @@ def overlap_report(sass_text, kernel_regex=None):
             continue
         text = ins.group(1)
         if "WARPGROUP.DEPBAR.LE" in text and re.search(r"gsb0,\s*0x1\b", text):
-            open_span = [func, 0, 0]
+            open_span = [func, 0, 0, 0]
             continue
         if "WARPGROUP.DEPBAR.LE" in text and re.search(r"gsb0,\s*0x0\b", text):
             if open_span is not None:
@@ -48,6 +52,8 @@ def overlap_report(sass_text, kernel_regex=None):
             open_span[1] += 1
             if "MUFU.EX2" in text:
                 open_span[2] += 1
+            if text.split()[0].startswith("FMNMX") or (text.startswith("@") and text.split()[1].startswith("FMNMX")):
+                open_span[3] += 1
     return out
 
 
@@ -73,8 +79,8 @@ def main():
     rows = overlap_report(text, a.kernel)
     if not rows:
         print("no WARPGROUP.DEPBAR.LE gsb0, 0x1 wait found (serial schedule, or no wgmma)")
-    for func, n, mufu in rows:
-        print(f"{func}: {n} instructions, {mufu} MUFU.EX2 between the 0x1 and the 0x0 wait")
+    for func, n, mufu, fmnmx in rows:
+        print(f"{func}: {n} instructions, {mufu} MUFU.EX2, {fmnmx} FMNMX between the 0x1 and the 0x0 wait")
 
 
 if __name__ == "__main__":

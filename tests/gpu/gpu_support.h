@@ -212,4 +212,30 @@ class CapturedGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+// Replays `graph` after poisoning g's device outputs (out, lse) and expects the bytes an eager
+// call left in g.host (o_eager, l_eager): a replay must write every element, and write it as the
+// eager call did. Case: a GPU test case with DeviceTensor out / lse mirroring g.host.out / lse.
+template <typename Case, typename Bytes>
+void expect_replay_writes(CapturedGraph& graph, Case& g, const Bytes& o_eager, const Bytes& l_eager) {
+  g.out.poison(g.host.out);
+  g.lse.poison(g.host.lse);
+  graph.replay();
+  g.out.download(g.host.out);
+  g.lse.download(g.host.lse);
+  EXPECT_TRUE(o_eager == g.host.out.bytes()) << "the replay's output differs from the eager call's";
+  EXPECT_TRUE(l_eager == g.host.lse.bytes()) << "the replay's LSE differs from the eager call's";
+}
+
+// A stream-ordered pool's high-water mark of used memory: reset before a call, read after it, to
+// see whether the call allocated a workspace from the pool (and how large).
+inline void reset_pool_high_water(cudaMemPool_t pool) {
+  std::uint64_t zero = 0;
+  TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+}
+inline std::uint64_t pool_high_water(cudaMemPool_t pool) {
+  std::uint64_t high = 0;
+  TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  return high;
+}
+
 }  // namespace tessera::testing

@@ -225,11 +225,11 @@ TEST(CudaBackward, WorkspaceComesFromThePoolThatKeepsItsMemory) {
   auto rng = fresh_rng();
   GpuBwdCase g(dense(DType::bf16, 1, 1024, 1024, 4, 4, 128, opts(false)), rng);
   g.forward();
-  std::uint64_t zero = 0, high = 0, reserved = 0;
-  TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  std::uint64_t reserved = 0;
+  reset_pool_high_water(pool);
   g.backward(false);  // synchronises
   g.expect_matches_oracle();
-  TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  const std::uint64_t high = pool_high_water(pool);
   TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
   const std::uint64_t accumulator = 4ull * 1024 * 128 * sizeof(float);
   EXPECT_GE(high, accumulator) << "the backward's workspace did not come from the pool";
@@ -261,21 +261,21 @@ TEST(CudaBackward, TailPiecesMatchOracle) {
     SCOPED_TRACE(s.name());
     GpuBwdCase g(s, rng);
     g.forward();
-    std::uint64_t zero = 0, plain = 0, split = 0;
+    std::uint64_t plain = 0;
     {
       ScopedEnv off("TESSERA_CUDA_BACKWARD_TAIL_PIECES", "0");
-      TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+      reset_pool_high_water(pool);
       g.backward(false);
       g.expect_matches_oracle();
-      TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &plain));
+      plain = pool_high_water(pool);
     }
     ScopedEnv on("TESSERA_CUDA_BACKWARD_TAIL_PIECES", "4");
-    TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    reset_pool_high_water(pool);
     g.backward(false);
     g.expect_fully_written();
     g.expect_inputs_untouched();
     g.expect_matches_oracle();
-    TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &split));
+    const std::uint64_t split = pool_high_water(pool);
     EXPECT_GT(split, plain) << "the tail pieces were not planned";
   }
 }

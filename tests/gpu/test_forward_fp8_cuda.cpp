@@ -261,13 +261,12 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
       out_kernel = g.host.out_packed();
       lse_kernel = g.host.lse_packed();
     }
-    std::uint64_t zero = 0, high = 0;
-    TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    reset_pool_high_water(pool);
     {
       ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", &spec == &specs.back() ? "" : "global");  // the rule / forced
       g.run();
     }
-    TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    const std::uint64_t high = pool_high_water(pool);
     const AttentionParams p = g.host.forward_params();
     const std::uint64_t vt_bytes = static_cast<std::uint64_t>(p.batch) * p.heads_kv * p.head_dim *
                                    ((static_cast<std::uint64_t>(p.seq_k) + 127) / 128 * 128);
@@ -338,10 +337,9 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
     ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", c.knob);
     ScopedEnv vt("TESSERA_CUDA_FP8_V_TRANSPOSE", "kernel");  // no V^T workspace in the high-water mark
     GpuFp8Case g(spec, rng);
-    std::uint64_t zero = 0, high = 0;
-    TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    reset_pool_high_water(pool);
     g.run();
-    TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    const std::uint64_t high = pool_high_water(pool);
     const int bm = spec.head_dim == 128 ? 192 : 128;  // FP8 tile rows (kernel_traits.cuh)
     const std::uint64_t workspace = c.tiles * static_cast<std::uint64_t>(c.parts) * bm * (spec.head_dim + 1) * sizeof(float);
     if (c.tiles > 0) EXPECT_GE(high, workspace) << "the split's workspace was not allocated";
@@ -372,13 +370,7 @@ TEST(CudaFp8, GraphReplaysWithPassAndSplitMatchEagerCalls) {
     g.run();  // eager, on the default stream
     EXPECT_EQ(g.host.out.count_nan(), 0);
     const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
-    g.out.poison(g.host.out);
-    g.lse.poison(g.host.lse);
-    graph.replay();
-    g.out.download(g.host.out);
-    g.lse.download(g.host.lse);
-    EXPECT_TRUE(o_eager == g.host.out.bytes());
-    EXPECT_TRUE(l_eager == g.host.lse.bytes());
+    expect_replay_writes(graph, g, o_eager, l_eager);
   }
 }
 

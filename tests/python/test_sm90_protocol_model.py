@@ -140,31 +140,26 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 tma(land)
                 qr += 1
 
+            def load_stage(empty, full, buf, st, par, tag):
+                # A ring stage: wait for it to be free, expect the bytes, the copy lands later.
+                while not empty[st].try_wait(par):
+                    yield
+                full[st].expect_tx(1)
+                full[st].arrive()
+                tma(lambda: (buf.__setitem__(st, tag), full[st].complete_tx(1)))
+
             if n == 0:
                 yield from load_q()
             for i in range(n):
                 st = it % S
                 par = ((it // S) & 1) ^ 1
-                while not k_empty[st].try_wait(par):
-                    yield
-                k_full[st].expect_tx(1)
-                k_full[st].arrive()
-                tma(lambda st=st, tag=(t, i): (kbuf.__setitem__(st, tag), k_full[st].complete_tx(1)))
+                yield from load_stage(k_empty, k_full, kbuf, st, par, (t, i))
                 if i == 0:
                     yield from load_q()
                 if fp8 and vt_global:  # V^T from global memory by TMA (FwdArgs::vt_global): no transposer
-                    while not vt_empty[st].try_wait(par):
-                        yield
-                    vt_full[st].expect_tx(1)
-                    vt_full[st].arrive()
-                    tma(lambda st=st, tag=(t, i): (vtbuf.__setitem__(st, tag), vt_full[st].complete_tx(1)))
-                    it += 1
-                    continue
-                while not v_empty[st].try_wait(par):
-                    yield
-                v_full[st].expect_tx(1)
-                v_full[st].arrive()
-                tma(lambda st=st, tag=(t, i): (vbuf.__setitem__(st, tag), v_full[st].complete_tx(1)))
+                    yield from load_stage(vt_empty, vt_full, vtbuf, st, par, (t, i))
+                else:
+                    yield from load_stage(v_empty, v_full, vbuf, st, par, (t, i))
                 it += 1
 
     def transposer():
