@@ -397,10 +397,9 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
     SCOPED_TRACE(spec.name() + " split " + c.knob);
     ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", c.knob);
     GpuCase g(spec, rng);
-    std::uint64_t zero = 0, high = 0;
-    TESSERA_TEST_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    reset_pool_high_water(pool);
     g.run();
-    TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    const std::uint64_t high = pool_high_water(pool);
     const int bm = spec.head_dim == 64 ? 192 : 128;  // 16-bit unmasked tile rows (kernel_traits.cuh)
     const std::uint64_t row_bytes = static_cast<std::uint64_t>(bm) * (spec.head_dim + 1) * sizeof(float);
     if (c.tiles > 0) {
