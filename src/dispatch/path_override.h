@@ -105,10 +105,11 @@ inline int parse_backward_tail_pieces(const char* value) {
   return static_cast<int>(v);
 }
 
-// TESSERA_CUDA_FORWARD_SPLIT_TAIL (a measurement and test knob of the FP8 forward's split tail,
+// TESSERA_CUDA_FORWARD_SPLIT_TAIL (a measurement and test knob of the sm90 forward's split tail,
 // src/cuda/sm90/forward/split_tail_plan.h): unset or empty: tiles -1 (the host rule decides); 0:
-// never; "n": the last n tiles, n in [1, 2^20], of any dense unmasked FP8 launch in two parts;
-// "n:k": in k parts, k in [2, 8] (masked, ragged and 16-bit launches never split). Anything else
+// never; "n": the last n tiles, n in [1, 2^20], of any dense unmasked launch in two parts;
+// "n:k": in k parts, k in [2, 8] (masked and ragged launches never split, nor 16-bit head_dim 128
+// launches of at most 2048 keys, which take the masked instance). Anything else
 // throws.
 struct ForwardSplitTail {
   int tiles = -1;

@@ -73,10 +73,11 @@ TEST(TailPlan, ForcedPiecesTakeTheLastQuarterAndKeepOneMainTile) {
   EXPECT_EQ(plan_tail_pieces(in).pieces, 0);
 }
 
-// The FP8 forward's split tail (src/cuda/sm90/forward/split_tail_plan.h).
+// The sm90 forward's split tail (src/cuda/sm90/forward/split_tail_plan.h).
+// block_n: the K/V tile's keys (FP8 128; bf16 / fp16 d128 176, d256 80, d64 128 unmasked).
 std::pair<long long, int> split(long long tiles, long long ctas, long long kv_tiles, int head_dim = 128, int forced = -1,
-                                int parts = 2) {
-  const cuda::sm90::SplitTail t = cuda::sm90::forward_split_tail(tiles, ctas, kv_tiles, head_dim, forced, parts);
+                                int parts = 2, int block_n = 128) {
+  const cuda::sm90::SplitTail t = cuda::sm90::forward_split_tail(tiles, ctas, kv_tiles, block_n, head_dim, forced, parts);
   return {t.tiles, t.parts};
 }
 using P = std::pair<long long, int>;
@@ -93,6 +94,24 @@ TEST(ForwardSplitTail, BenchShapesAtSixteenK) {
   // FP8 d128 4k: 22 tiles per head (192 rows), 1408 on 132 CTAs, 32 K/V tiles: 88 left in thirds,
   // 2 x 11 / 32 of a round plus 0.24 (measured 0.951, eighteenth session).
   EXPECT_EQ(split(1408, 132, 32), P(88, 3));
+  // bf16 d128, 16 heads, 128-row tiles of 176-key K/V tiles: 2048 tiles, 68 left, 94 K/V tiles:
+  // five parts, 3 x 19 / 94 + 0.10.
+  EXPECT_EQ(split(2048, 132, 94, 128, -1, 2, 176), P(68, 5));
+  // bf16 d256, 8 heads, 80-key K/V tiles: 1024 tiles, 100 left, 205 K/V tiles: five parts would
+  // take 0.80 + 0.20, as at FP8 d256 (measured 1.031): not split.
+  EXPECT_EQ(split(1024, 132, 205, 256, -1, 2, 80), P(0, 1));
+  // Scaled by K/V tiles alone (the rule before), 80-key tiles looked three times cheaper to split.
+  EXPECT_EQ(split(1024, 132, 205, 256), P(100, 5));
+  // bf16 d64, 32 heads, 192-row tiles: 2752 tiles, 112 left, 128 K/V tiles: no k pays.
+  EXPECT_EQ(split(2752, 132, 128, 64), P(0, 1));
+  // 4k: d128 (24 K/V tiles of 176): thirds, 2 x 8 / 24 + 0.23; d256 (52 of 80): none.
+  EXPECT_EQ(split(2048, 132, 24, 128, -1, 2, 176), P(68, 3));
+  EXPECT_EQ(split(1024, 132, 52, 256, -1, 2, 80), P(0, 1));
+  // bf16 d64 4k: 2816 tiles of 192 rows, 44 left, 32 K/V tiles: thirds (0.34 + 0.24).
+  EXPECT_EQ(split(2816, 132, 32, 64), P(44, 3));
+  // 1k: 8 K/V tiles (d64: 3072 tiles, d256: 1024 with 13 of 80 keys): none.
+  EXPECT_EQ(split(3072, 132, 8, 64), P(0, 1));
+  EXPECT_EQ(split(1024, 132, 13, 256, -1, 2, 80), P(0, 1));
 }
 
 TEST(ForwardSplitTail, PartsAndTheirLimits) {

@@ -624,7 +624,7 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   EXPECT_EQ(dispatch::parse_backward_tail_pieces("16"), 16);
   expect_rejected("TESSERA_CUDA_BACKWARD_TAIL_PIECES", dispatch::parse_backward_tail_pieces,
                   {"1", "17", "-1", "4 ", "x", "3.5", "2abc"});
-  // The FP8 forward's split tail: 0 (never), n tiles in halves, n:k (n tiles in k parts, 2 <= k <= 8), or unset /
+  // The sm90 forward's split tail: 0 (never), n tiles in halves, n:k (n tiles in k parts, 2 <= k <= 8), or unset /
   // empty (the host rule).
   auto split = [](const char* v) {
     const dispatch::ForwardSplitTail r = dispatch::parse_forward_split_tail(v);

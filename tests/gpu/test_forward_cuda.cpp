@@ -27,6 +27,7 @@
 #if defined(TESSERA_HAS_SM90_KERNELS)
 #include "cuda/common/scratch_pool.h"
 #include "cuda/sm90/forward/forward_sm90.h"
+#include "cuda/sm90/forward/split_tail_plan.h"
 #endif
 
 namespace tessera::testing {
@@ -350,6 +351,70 @@ TEST(CudaForward, DispatchTakesSm90PathOnHopper) {
   }
 #else
   if (major == 9) GTEST_SKIP() << "this build has no sm90 kernels (architecture list without 90)";
+#endif
+}
+
+// The split tail on the 16-bit sm90 instances (src/cuda/sm90/forward/split_tail_plan.h), forced by
+// TESSERA_CUDA_FORWARD_SPLIT_TAIL ("n" in halves, "n:k" in k parts) on every head dim: parts with
+// no K/V tile, no keys, all of a launch's tiles; a masked problem ignores the knob; the rule's own
+// split (188 tiles of 16 K/V tiles: halves of 56 on 132 SMs) and 0 turning it off. Oracle rule
+// as the grid; the scratch pool's high-water mark shows whether the parts' workspace was
+// allocated, i.e. whether the split ran.
+TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  int device = 0, major = 0, minor = 0, sms = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const char* forced = std::getenv("TESSERA_CUDA_FORWARD");
+  if (major != 9 || minor != 0 || (forced != nullptr && std::string(forced) == "portable"))
+    GTEST_SKIP() << "the split tail belongs to the sm90 kernels";
+  const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
+  if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no split";
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, 64, -1);
+  struct SplitCase {
+    CaseSpec spec;
+    const char* knob;
+    long long tiles;  // tiles expected split (0: none)
+    int parts;
+  };
+  const SplitCase cases[] = {
+      {dense(bf16, 2, 129, 2100, 4, 2, 128, opts(false)), "5:3", 5, 3},  // d128 (past the short-key instance)
+      {dense(f16, 2, 200, 300, 4, 1, 64, opts(false)), "16:5", 16, 5},   // d64: 3 K/V tiles in 5 parts
+      {dense(f16, 1, 200, 2300, 2, 1, 128, opts(false), 16), "3:2", 3, 2},  // fp16 d128, padded strides
+      {dense(f16, 1, 130, 500, 2, 2, 256, opts(false), 16), "4:3", 4, 3},   // fp16 d256, padded strides
+      {dense(bf16, 1, 300, 700, 2, 1, 256, opts(false, -1, -1, 2.0f)), "6:8", 6, 8},  // d256, softcap, every tile
+      {dense(f16, 2, 40, 0, 2, 1, 64, opts(false)), "4", 4, 2},          // no keys: every part empty
+      {dense(bf16, 47, 129, 2048, 4, 2, 64, opts(false)), "", rule.tiles, rule.parts},  // the rule
+      {dense(bf16, 47, 129, 2048, 4, 2, 64, opts(false)), "0", 0, 1},    // the rule's split, turned off
+      {dense(bf16, 1, 17, 1023, 8, 1, 64, opts(true)), "5:3", 0, 1},     // causal: the knob does not apply
+  };
+  auto rng = fresh_rng();
+  for (const SplitCase& c : cases) {
+    const CaseSpec& spec = c.spec;
+    SCOPED_TRACE(spec.name() + " split " + c.knob);
+    ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", c.knob);
+    GpuCase g(spec, rng);
+    reset_pool_high_water(pool);
+    g.run();
+    const std::uint64_t high = pool_high_water(pool);
+    const int bm = spec.head_dim == 64 ? 192 : 128;  // 16-bit unmasked tile rows (kernel_traits.cuh)
+    const std::uint64_t row_bytes = static_cast<std::uint64_t>(bm) * (spec.head_dim + 1) * sizeof(float);
+    if (c.tiles > 0) {
+      EXPECT_GE(high, c.tiles * static_cast<std::uint64_t>(c.parts) * row_bytes) << "the split's workspace was not allocated";
+    } else {
+      EXPECT_LT(high, 2 * row_bytes) << "a split ran";
+    }
+    EXPECT_EQ(g.host.out.count_nan(), 0);
+    EXPECT_EQ(g.host.lse.count_nan(), 0);
+    EXPECT_TRUE(g.host.out.margins_intact());
+    EXPECT_TRUE(g.host.lse.margins_intact());
+    expect_matches_oracle(g.host, g.host.forward_params());
+  }
+#else
+  GTEST_SKIP() << "this build has no sm90 kernels";
 #endif
 }
 

@@ -321,7 +321,7 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
   int sms = 0;
   TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // 188 tiles (47 x 4 heads x 1 query block) of 16 K/V tiles: what the rule splits on this device.
-  const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, -1);
+  const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, 128, -1);
   if (sms == 132) {  // the H200 / H100 SXM: the rule must split here, or the case below tests nothing
     EXPECT_EQ(rule.tiles, 56);
     EXPECT_EQ(rule.parts, 2);

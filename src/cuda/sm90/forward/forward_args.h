@@ -21,7 +21,7 @@ struct FwdArgs {
   // place of V and the kernel's transposing warps stand idle. Otherwise unused.
   CUtensorMap map_vt;
   bool vt_global = false;
-  void* o = nullptr;  // ragged and fp8: the epilogue stores rows itself (no TMA store)
+  void* o = nullptr;  // ragged and fp8: the epilogue stores rows itself (no TMA store); split tails: the merge
   std::int64_t o_batch = 0, o_row = 0, o_head = 0;
   float* lse = nullptr;  // nullptr: not requested
   std::int64_t lse_batch = 0, lse_head = 0;
@@ -61,7 +61,7 @@ struct FwdArgs {
   // m_blocks x heads x batch (x heads when ragged_virtual), computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;
-  // Split tail (FP8, dense, unmasked; launch_template.cuh, split_tail_plan.h): tiles from
+  // Split tail (dense, unmasked; launch_template.cuh, split_tail_plan.h): tiles from
   // split_begin on are the last round's tiles taken in split_parts parts of their K/V tiles,
   // virtual tile split_begin + k j + h being part h of tile split_begin + j (num_tiles then
   // counts the parts). A part writes its O / l (fp32, [j][h][kBlockM][head_dim]) and its LSE

@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(
   // V^T from the workspace: always in a V^T-only instance (the host launches it only then). Read
   // where used (a value kept from here changed the other instances' SASS).
   auto vt_global = [&] { return kVtOnly || (kFp8 && a.vt_global); };
-  constexpr bool kSplit = kFp8 && !kMasked;  // the instances whose launch may split its tail (FwdArgs)
+  constexpr bool kSplit = !kMasked;  // the instances whose launch may split its tail (FwdArgs)
   using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -620,6 +620,25 @@ __global__ void __launch_bounds__(
           rows[hh].l *= 1.0f / 256.0f;  // the softmax's own sum, for the LSE
           if (a.lse != nullptr && q == 0 && rr < valid_rows)
             a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
+        }
+      }
+      named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
+      if (t == 0) mbarrier_arrive(q_empty(qb));
+    } else if (kSplit && tc.split >= 0) {
+      // A part of a split tile (16-bit): fp32 O / l and the LSE of its rows inside the sequence
+      // into its workspace slot, as the FP8 parts above; no staging, no TMA store.
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        rows[hh].l = sm80::quad_sum(rows[hh].l);
+        const float sc = rows[hh].output_scale();
+        const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
+        const std::int64_t slot = (static_cast<std::int64_t>(tc.split) * a.split_parts + tc.part) * BM + 64 * c + rr;
+        if (rr < valid_rows) {
+          float* row_o = a.split_o + slot * D;
+#pragma unroll
+          for (int d = 0; d < D / 8; ++d)
+            *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+          if (q == 0) a.split_lse[slot] = rows[hh].lse();
         }
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done

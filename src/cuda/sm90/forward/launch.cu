@@ -208,7 +208,7 @@ bool run_forward(const AttentionParams& p) {
     m_blocks = virtual_blocks;
     tiles = virtual_blocks * p.heads_q;
   }
-  // (tile + grid stays an int: both are <= 2^30; an FP8 split tail adds at most 7 x the SMs (the
+  // (tile + grid stays an int: both are <= 2^30; a split tail adds at most 7 x the SMs (the
   // rule) or 7 x 2^20 (forced) virtual tiles, launch_template.cuh, and next_tile sums in 64 bits)
   if (tiles > 0x3fffffffLL) return false;
   a.m_blocks = static_cast<int>(m_blocks);

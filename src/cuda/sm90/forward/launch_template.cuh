@@ -71,18 +71,18 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
       }
     }
   }
-  // Dense unmasked FP8: the last round's tiles split in parts over their K/V tiles where that
+  // Dense unmasked launches: the last round's tiles split in parts over their K/V tiles where that
   // shortens the round (split_tail_plan.h); the parts' O / l and LSE go to a workspace from the
   // scratch pool and split_merge_kernel writes their rows. Without the workspace (no memory, no
   // pool), no split.
   long long n_split = 0;
   int parts = 1;
   float* split_ws = nullptr;
-  if constexpr (std::is_same_v<T, __nv_fp8_e4m3> && !kMasked) {
+  if constexpr (!kMasked) {
     if (!ragged) {
       const dispatch::ForwardSplitTail forced = dispatch::forward_split_tail_override();
       const SplitTail plan = forward_split_tail(
-          tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN, kHeadDim, forced.tiles,
+          tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN, kBlockN, kHeadDim, forced.tiles,
           forced.parts);
       n_split = plan.tiles;
       parts = plan.parts;
@@ -115,7 +115,8 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   cudaError_t launched = cudaGetLastError();
   if (launched == cudaSuccess && n_split > 0) {
     const long long threads = n_split * Tr::kBlockM * 32;
-    split_merge_kernel<kHeadDim, Tr::kBlockM>
+    using Out = std::conditional_t<std::is_same_v<T, __nv_fp8_e4m3>, __nv_bfloat16, T>;
+    split_merge_kernel<kHeadDim, Tr::kBlockM, Out>
         <<<static_cast<unsigned>((threads + kSplitMergeThreads - 1) / kSplitMergeThreads), kSplitMergeThreads, 0, s>>>(
             run_args, static_cast<int>(n_split));
     launched = cudaGetLastError();

@@ -1,7 +1,7 @@
 // The merge of a split tail (FwdArgs::split_begin): each split tile's split_parts parts left fp32
 // O / l and their LSE in the workspace; one warp per query row combines them exactly, in part
-// order (math/lse_merge.h: O = sum_h exp(lse_h - lse) O_h, an empty part ignored) and writes the bf16
-// output row and, if asked, the LSE. Dense FP8 launches only (the instances that split).
+// order (math/lse_merge.h: O = sum_h exp(lse_h - lse) O_h, an empty part ignored) and writes the
+// output row and, if asked, the LSE. Dense unmasked launches only (the instances that split).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,7 +16,8 @@ namespace tessera::cuda::sm90 {
 
 constexpr int kSplitMergeThreads = 256;  // 8 rows per block
 
-template <int D, int BM>
+// Out: the output dtype (bf16 for FP8 inputs; the input dtype for fp16 / bf16).
+template <int D, int BM, typename Out>
 __global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const __grid_constant__ FwdArgs a, int n_split) {
   static_assert(D % 64 == 0, "two columns per lane and step");
   const long long row_id = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -47,12 +48,12 @@ __global__ void __launch_bounds__(kSplitMergeThreads) split_merge_kernel(const _
     }
   }
   const float norm = merger.output_scale();
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.o) + seq * a.o_batch + static_cast<std::int64_t>(m0 + r) * a.o_row +
+  Out* out = static_cast<Out*>(a.o) + seq * a.o_batch + static_cast<std::int64_t>(m0 + r) * a.o_row +
                        head * a.o_head;
 #pragma unroll
   for (int k = 0; k < D / 64; ++k)
     *reinterpret_cast<std::uint32_t*>(out + 64 * k + 2 * lane) =
-        Traits<__nv_bfloat16>::pack2(acc[k].x * norm, acc[k].y * norm);
+        Traits<Out>::pack2(acc[k].x * norm, acc[k].y * norm);
   if (a.lse != nullptr && lane == 0) a.lse[seq * a.lse_batch + head * a.lse_head + m0 + r] = merger.lse();
 }
 
