@@ -161,8 +161,8 @@ def main():
     k = argv.index("--")
     a = ap.parse_args(argv[:k])
     cases = argv[k + 1:]
-    if len(a.trees) < 2 or len(a.trees) > len(LABELS):
-        ap.error(f"trees: 2 to {len(LABELS)} expected, got {len(a.trees)}")
+    if len(a.trees) < 1 or len(a.trees) > len(LABELS):
+        ap.error(f"trees: 1 to {len(LABELS)} expected, got {len(a.trees)}")
     if not cases:
         ap.error("cases: at least one expected after --")
     for c in cases:
