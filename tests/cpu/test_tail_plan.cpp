@@ -148,23 +148,29 @@ TEST(ForwardSplitTail, ForcedAndOff) {
 TEST(Fp8VTransposePlan, BenchShapes) {
   using cuda::sm90::fp8_query_tiles_per_kv_tile;
   using cuda::sm90::fp8_v_transpose_pays;
-  auto pays = [](long long m_blocks, long long block_m, bool causal, long long group = 1) {
-    return fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(m_blocks, block_m, 128, causal, -1, -1), group);
+  // FP8 tiles: 192 query rows at d128, 128 at d256.
+  auto pays = [](long long m_blocks, int head_dim, bool causal, long long group = 1) {
+    const long long block_m = head_dim == 128 ? 192 : 128;
+    return fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(m_blocks, block_m, 128, causal, -1, -1), group, head_dim);
   };
-  EXPECT_TRUE(pays(86, 192, false));   // d128 16k: 0.971
-  EXPECT_TRUE(pays(86, 192, true));    // d128 16k causal (43 visits): 0.996
-  EXPECT_TRUE(pays(128, 128, false));  // d256 16k: 0.938
-  EXPECT_TRUE(pays(128, 128, true));   // d256 16k causal (64): 0.960
-  EXPECT_TRUE(pays(32, 128, false));   // d256 4k: 0.960
-  EXPECT_TRUE(pays(32, 128, true));    // d256 4k causal (16): 0.973 (1.088 with the ~50 us pass)
-  EXPECT_TRUE(pays(22, 192, false));   // d128 4k: 0.995 (1.039)
-  EXPECT_FALSE(pays(22, 192, true));   // d128 4k causal (11): 1.005
-  EXPECT_FALSE(pays(6, 192, false));   // 1k: 1.24-1.32
-  EXPECT_FALSE(pays(8, 128, true));
-  EXPECT_TRUE(pays(4, 192, false, 8));  // GQA 8: each V tile serves 8 query heads
-  EXPECT_TRUE(pays(2, 192, false, 8));  // reuse 16: the threshold
-  EXPECT_FALSE(pays(3, 192, false, 5)); // 15
-  EXPECT_FALSE(pays(0, 192, false, 8));
+  EXPECT_TRUE(pays(86, 128, false));   // d128 16k: 0.971
+  EXPECT_TRUE(pays(86, 128, true));    // d128 16k causal (43 visits): 0.996
+  EXPECT_TRUE(pays(128, 256, false));  // d256 16k: 0.938
+  EXPECT_TRUE(pays(128, 256, true));   // d256 16k causal (64): 0.960
+  EXPECT_TRUE(pays(32, 256, false));   // d256 4k: 0.960
+  EXPECT_TRUE(pays(32, 256, true));    // d256 4k causal (16): 0.973 (1.088 with the ~50 us pass)
+  EXPECT_TRUE(pays(22, 128, false));   // d128 4k: 0.995 (1.039)
+  EXPECT_FALSE(pays(22, 128, true));   // d128 4k causal (11): 1.005
+  EXPECT_FALSE(pays(6, 128, false));   // d128 1k: 1.24-1.32 with the ~50 us pass
+  EXPECT_TRUE(pays(8, 256, false));    // d256 1k (8): 0.973-0.983 (the V^T-only instance behind the pass)
+  EXPECT_FALSE(pays(8, 256, true));    // d256 1k causal (4): 1.05
+  EXPECT_TRUE(pays(4, 128, false, 8));  // GQA 8: each V tile serves 8 query heads
+  EXPECT_TRUE(pays(2, 128, false, 8));  // reuse 16: the threshold at d128
+  EXPECT_FALSE(pays(3, 128, false, 5)); // 15
+  EXPECT_TRUE(pays(4, 256, false, 2));  // reuse 8: the threshold at d256
+  EXPECT_FALSE(pays(7, 256, false));    // 7
+  EXPECT_FALSE(pays(0, 128, false, 8));
+  EXPECT_FALSE(pays(0, 256, false, 8));
 }
 
 TEST(Fp8VTransposePlan, VisitsUnderMasks) {
@@ -176,7 +182,7 @@ TEST(Fp8VTransposePlan, VisitsUnderMasks) {
   // A band: the query tiles whose rows reach a 128-key tile. Causal with 128 keys to the left:
   // (128 + 0 + 128 + 191) / 192 + 1 = 3 of 86, so 16k with a short window does not pay.
   EXPECT_EQ(fp8_query_tiles_per_kv_tile(86, 192, 128, true, 128, -1), 3);
-  EXPECT_FALSE(cuda::sm90::fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(86, 192, 128, true, 128, -1), 1));
+  EXPECT_FALSE(cuda::sm90::fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(86, 192, 128, true, 128, -1), 1, 128));
   EXPECT_EQ(fp8_query_tiles_per_kv_tile(86, 192, 128, false, 1000, 1000), 13);  // (2128 + 191) / 192 + 1
   EXPECT_EQ(fp8_query_tiles_per_kv_tile(4, 192, 128, false, 1000, 1000), 4);    // at most every query tile
 }

@@ -238,8 +238,8 @@ TEST(CudaFp8, VTransposePassWritesWhatThePVProductReads) {
 // instance (overlapped schedule, kernel_traits.cuh), whose arithmetic is the serial one's in
 // another order of issue: bit-identical too. Beyond the grid: launches with a forced split tail
 // (50 tiles in 5 parts, d128 and d256: pass and split together, V^T loaded at the parts' K/V
-// offsets), and three under the host rule (without the knob): two whose reuse makes it choose the
-// pass (GQA 8 at d128, GQA 4 at d256) and one below the threshold that must not.
+// offsets), and five under the host rule (without the knob): three whose reuse makes it choose the
+// pass (GQA 8 at d128, GQA 4 and 2 at d256) and two below the head dim's threshold that must not.
 TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   int device = 0;
@@ -252,12 +252,14 @@ TEST(CudaFp8, VTransposePassMatchesKernelTransposeBitwise) {
   specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 128, opts(false)));  // split tail forced: 50 tiles in 5 parts
   specs.push_back(dense_fp8(40, 129, 1023, 8, 2, 256, opts(false)));  // the same at d256 (V^T-only instance)
   // The host rule (knob unset; fp8_v_transpose_plan.h: reuse = query tiles visiting a K/V tile x
-  // group, the pass from 16 on), each with whether it must choose the pass.
+  // group, the pass from 16 on at d128 and from 8 on at d256), each with whether it must choose the pass.
   const std::size_t rule_specs = specs.size();
   specs.push_back(dense_fp8(1, 700, 700, 8, 1, 128, opts(false)));  // 4 query tiles x group 8 = reuse 32: pass
+  specs.push_back(dense_fp8(1, 700, 700, 2, 1, 128, opts(false)));  // 4 x 2 = 8: the kernel's transpose at d128
   specs.push_back(dense_fp8(1, 700, 700, 8, 2, 256, opts(false)));  // 6 x 4 = 24: pass (the V^T-only instance)
-  specs.push_back(dense_fp8(1, 700, 700, 2, 1, 256, opts(false)));  // 6 x 2 = 12: the kernel's transpose
-  const bool rule_passes[] = {true, true, false};
+  specs.push_back(dense_fp8(1, 700, 700, 2, 1, 256, opts(false)));  // 6 x 2 = 12: pass at d256
+  specs.push_back(dense_fp8(1, 700, 700, 1, 1, 256, opts(false)));  // 6 x 1 = 6: the kernel's transpose
+  const bool rule_passes[] = {true, false, true, true, false};
   for (const CaseSpec& spec : specs) {
     SCOPED_TRACE(spec.name());
     GpuFp8Case g(spec, rng);

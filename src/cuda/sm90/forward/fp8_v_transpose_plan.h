@@ -10,12 +10,16 @@
 // 22) 0.995, d128 4k causal (11) 1.005, d256 4k causal (16) 0.973; with the ~50 us pass
 // (seventeenth session) d128 16k (86, causal ~43) 0.971 / 0.996, d256 16k (128, ~64) 0.938 /
 // 0.960, d256 4k (32) 0.960, and 1k (6-8) 1.24-1.32. The pass runs where the reuse is at least
-// kFp8VtMinReuse, which takes every winner of those and no loser.
+// kFp8VtMinReuse, which takes every winner of those and no loser. At head_dim 256 the pass's
+// launches run the V^T-only instance (overlapped schedule, ~5 % faster than the serial one the
+// kernel's own transpose needs), so the pass pays at lower reuse there: d256 1k (8) 0.973-0.983,
+// d256 1k causal (4) 1.05 (nineteenth session, both forced in one build): kFp8VtMinReuseD256.
 #pragma once
 
 namespace tessera::cuda::sm90 {
 
 constexpr long long kFp8VtMinReuse = 16;
+constexpr long long kFp8VtMinReuseD256 = 8;
 
 // Query tiles of block_m rows that visit one K/V tile of block_n keys, on average. window_left /
 // window_right: the keys a row sees to its left / right (-1: unbounded); causal bounds the right
@@ -31,8 +35,8 @@ inline long long fp8_query_tiles_per_kv_tile(long long m_blocks, long long block
   return m_blocks;
 }
 
-inline bool fp8_v_transpose_pays(long long query_tiles_per_kv_tile, long long group) {
-  return query_tiles_per_kv_tile * group >= kFp8VtMinReuse;
+inline bool fp8_v_transpose_pays(long long query_tiles_per_kv_tile, long long group, int head_dim) {
+  return query_tiles_per_kv_tile * group >= (head_dim >= 256 ? kFp8VtMinReuseD256 : kFp8VtMinReuse);
 }
 
 }  // namespace tessera::cuda::sm90

@@ -240,7 +240,7 @@ bool run_forward(const AttentionParams& p) {
                       (where == dispatch::Fp8VTranspose::automatic &&
                        fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(a.m_blocks, box_m, box_n, p.mask.causal,
                                                                         p.mask.window_left, p.mask.window_right),
-                                            a.group));
+                                            a.group, p.head_dim));
     if (pass && !ragged && p.seq_k > 0 &&
         fp8_v_transpose_supported(p.v.ptr, p.v.row, p.v.head, p.v.batch, p.seq_k, p.heads_kv, p.batch, p.head_dim)) {
       const std::int64_t pitch = fp8_vt_pitch(p.seq_k);
