@@ -245,6 +245,11 @@ __global__ void __launch_bounds__(
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   // FP8: P is stored as 2^8 * exp2(t - m) (e4m3 has normals down to 2^-6 and a max of 448).
   constexpr float kLog2WeightScale = kFp8 ? 8.0f : 0.0f;
+  // Lazy rescale (softmax_fragment.cuh): O is rescaled only when a row's max rises by more than
+  // this (log2 units), so on long rows almost no tile pays the O rescale (D / 2 FMUL per thread).
+  // P then reaches 2^(kLog2WeightScale + kLazyRescaleLog2): 256 for fp16 / bf16, 2^8.5 = 362 for
+  // e4m3 (max 448).
+  constexpr float kLazyRescaleLog2 = kFp8 ? 0.5f : 8.0f;
   extern __shared__ unsigned char smem_raw[];
   // 1024-byte aligned base (128-byte swizzle atoms and wgmma descriptors need it).
   const std::uint32_t raw_addr = smem_u32(smem_raw);
@@ -480,6 +485,7 @@ __global__ void __launch_bounds__(
     std::uint32_t p[kFp8 ? BN / 32 : BN / 16][4];  // P as the A fragments of the P V k-steps
     math::OnlineSoftmaxRow rows[2];
     float alpha[2];
+    bool rescale_o = true;  // whether this tile's alpha must be applied to O (lazy rescale)
     auto& s_flat = reinterpret_cast<float(&)[BN / 2]>(s);
     auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
 
@@ -540,7 +546,8 @@ __global__ void __launch_bounds__(
       // Unmasked instances: full = [0, k_len) and n0 >= 0, so only the tail tile (n0 + BN > k_len)
       // needs the mask; the general test cost ~9 instructions per tile there.
       const bool masked = kMasked ? !(full.begin <= n0 && n0 + BN <= full.end) : n0 + BN > tc.k_len;
-      scores_to_weights<BN>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha, kLog2WeightScale);
+      rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha,
+                                              kLog2WeightScale, kLazyRescaleLog2);
     };
     auto pack = [&] {
       if constexpr (kFp8) pack_weights_e4m3<BN>(s, p);
@@ -567,7 +574,9 @@ __global__ void __launch_bounds__(
                     // ran under P V (SASS, eighteenth session).
                     if constexpr (!kFp8 || !Tr::kSerialGemms) end_softmax_block(rows);
                   },
-                  [&] { rescale_rows<D, false>(o, alpha); },
+                  [&] {
+                    if (rescale_o) rescale_rows<D, false>(o, alpha);
+                  },
                   pack,
                   [&](int stage) { release_stage(k_empty(stage), lane); },
                   [&](int stage) { release_stage(pv_empty(stage), lane); },
