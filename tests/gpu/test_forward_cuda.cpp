@@ -21,6 +21,7 @@
 #include "api/build_params.h"
 #include "cpu/reference.h"
 #include "gpu/gpu_support.h"
+#include "math/online_softmax.h"
 #include "support/test_support.h"
 #include "tessera/attention.h"
 #include "tessera/error.h"
@@ -324,6 +325,31 @@ TEST(CudaForward, EmptyRowsAreZeroWithMinusInfLse) {
       }
     expect_matches_oracle(g.host, g.host.forward_params());
   }
+}
+
+// Scores that ramp along the keys (AttentionCase::set_score_ramps), rising in kv head 0 by ~2.5
+// log2 units per 128 keys and falling in kv head 1. The sm90 kernels' lazy rescale
+// (softmax_fragment.cuh) keeps a row's max while it rises by less than 2^8, so P grows towards
+// 256 over several tiles before the max moves; falling scores never move it after the first
+// tile. Every head dim (tile widths 64-176 keys), both 16-bit types, against the oracle.
+TEST(CudaForward, RampedScoresMatchOracle) {
+  auto rng = fresh_rng();
+  for (const DType dt : {DType::bf16, DType::f16})
+    for (const int d : {64, 128, 256}) {
+      const CaseSpec spec = dense(dt, 1, 200, 3000, 2, 2, d, opts(false));
+      SCOPED_TRACE(spec.name());
+      GpuCase g(spec, rng);
+      // Score rise over the row, log2 units: q0 * k0_max / sqrt(d) * log2(e).
+      const float rise = 2.5f * static_cast<float>(spec.seq_k) / 128.0f, q0 = 8.0f;
+      g.host.set_score_ramps(q0, rise * std::sqrt(static_cast<float>(d)) / (q0 * math::kLog2e));
+      g.q.upload(g.host.q);
+      g.k.upload(g.host.k);
+      g.run();
+      EXPECT_EQ(g.host.out.count_nan(), 0);
+      EXPECT_EQ(g.host.lse.count_nan(), 0);
+      EXPECT_TRUE(g.host.out.margins_intact());
+      expect_matches_oracle(g.host, g.host.forward_params());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -84,6 +84,12 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
       for (int k = 0; k < w; ++k) part[k] = fmaxf(part[k], part[k + w]);
     // mul > 0, so the max of s * mul is mx * mul (and -inf stays -inf).
     tile_max[h] = sm80::quad_max(part[0]) * mul;
+    if constexpr (!kLazyRescale) {
+      alpha[h] = rows[h].enter_tile(tile_max[h]);
+      // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
+      // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
+      m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;
+    }
   }
   bool rescale = true;
   if constexpr (kLazyRescale) {
@@ -91,13 +97,11 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
     // visible key (tile_max -inf) never does.
     const bool rises = tile_max[0] > rows[0].m + lazy_log2 || tile_max[1] > rows[1].m + lazy_log2;
     rescale = __any_sync(0xffffffffu, rises);
-  }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    alpha[h] = rescale ? rows[h].enter_tile(tile_max[h]) : 1.0f;
-    // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
-    // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
-    m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;
+    for (int h = 0; h < 2; ++h) {
+      alpha[h] = rescale ? rows[h].enter_tile(tile_max[h]) : 1.0f;
+      m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;  // as above
+    }
   }
   // The partial sums start from the first pair, not from 0 (no adds of 0).
   float sum[2][kPartials];
