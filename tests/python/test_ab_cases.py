@@ -106,10 +106,22 @@ def test_gpu_ab_rejects_bad_rounds(tmp_path):
         assert r.returncode == 2 and f"--rounds: 1 to 20 expected, got '{bad}'" in r.stderr, r.stderr
 
 
+def test_one_tree_times_its_cases(tmp_path):
+    # One build, knobs compared as cases (scripts/gpu-ab OUTDIR TREE --case "NAME=value ARGS"):
+    # each case's times and A's spread, no ratio columns.
+    a = make_tree(tmp_path, "a", 1.0)
+    r = run([a], ["--ms 1", "--ms 2"])
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.strip().splitlines()
+    assert rows[0] == "| case | A ms | A spread |", rows[0]
+    assert rows[1] == "|---|---|---|", rows[1]
+    assert rows[2].startswith("| --ms 1 | ") and rows[3].startswith("| --ms 2 | "), rows
+
+
 def test_bad_arguments(tmp_path):
     a = make_tree(tmp_path, "a", 1.0)
-    r = run([a], ["--ms 1"])
-    assert r.returncode == 2 and "trees: 2 to 8 expected, got 1" in r.stderr
+    r = run([a] * 9, ["--ms 1"])
+    assert r.returncode == 2 and "trees: 1 to 8 expected, got 9" in r.stderr
     r = run([a, a], [])
     assert r.returncode == 2 and "cases: at least one expected" in r.stderr
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), a, a], capture_output=True,
