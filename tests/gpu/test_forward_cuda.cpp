@@ -352,6 +352,38 @@ TEST(CudaForward, RampedScoresMatchOracle) {
     }
 }
 
+// A ragged tile's rows past its sequence hold the next sequence's queries. Whatever those are,
+// the sequence's own output must keep its bits: the lazy rescale's vote leaves such rows out
+// (softmax_fragment.cuh). Sequence 1's queries scaled by 16 give its rows against sequence 0's
+// keys score rises far past 2^8, which would move sequence 0's rescales if they voted.
+TEST(CudaForward, RaggedSequenceIgnoresItsNeighboursQueries) {
+  auto rng = fresh_rng();
+  for (const int d : {64, 128, 256}) {
+    const CaseSpec spec = ragged(DType::bf16, {100, 37, 150}, {3000, 3000, 3000}, 4, 2, d, opts(false));
+    SCOPED_TRACE(spec.name());
+    GpuCase g(spec, rng);
+    g.run();
+    const std::vector<double> out0 = g.host.out_packed(), lse0 = g.host.lse_packed();
+    const std::int64_t per_row = static_cast<std::int64_t>(spec.heads_q) * d;
+    for (std::int64_t i = 100 * per_row; i < 137 * per_row; ++i) g.host.q.set(i, 16.0f * g.host.q.get(i));
+    g.q.upload(g.host.q);
+    g.run();
+    const std::vector<double> out1 = g.host.out_packed(), lse1 = g.host.lse_packed();
+    // Packed order: sequence-major rows, so sequence 0 comes first in out (its 100 rows x heads x d)
+    // and, per head, first in the LSE (cpu/reference.h's packing).
+    ASSERT_EQ(out0.size(), out1.size());
+    int diff_o = 0, diff_l = 0;
+    for (std::int64_t i = 0; i < 100 * per_row; ++i) diff_o += out0[static_cast<std::size_t>(i)] != out1[static_cast<std::size_t>(i)];
+    const std::int64_t total = 287;
+    for (int h = 0; h < spec.heads_q; ++h)
+      for (std::int64_t t = 0; t < 100; ++t)
+        diff_l += lse0[static_cast<std::size_t>(h * total + t)] != lse1[static_cast<std::size_t>(h * total + t)];
+    EXPECT_EQ(diff_o, 0) << "sequence 0's output moved with sequence 1's queries";
+    EXPECT_EQ(diff_l, 0) << "sequence 0's LSE moved with sequence 1's queries";
+    expect_matches_oracle(g.host, g.host.forward_params());
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Which kernels ran: on compute capability 9.0 the sm90 path must accept the common cases (else
 // this suite would test the portable kernels twice), unless TESSERA_CUDA_FORWARD=portable.

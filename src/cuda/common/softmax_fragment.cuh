@@ -36,11 +36,15 @@ namespace tessera::cuda {
 // m + log2 l. The weights then reach 2^(w + lazy_log2) instead of 2^w (the caller picks
 // lazy_log2 so that P's type holds them). With lazy_log2 0 it is the exact skip: a rescale
 // whenever any row's max rose. Returns whether O must be rescaled (always true without it).
+// votes[h] false: row h does not take part in the vote (a row past its sequence, whose Q may be
+// another sequence's: the other rows' rounding must not depend on it); its weights are then
+// unbounded, and the caller never stores it.
 template <int kBlockN, bool kLazyRescale = false>
 __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], math::OnlineSoftmaxRow (&rows)[2],
                                                   const math::KeyRange (&keys)[2], bool masked, int n0, int q,
                                                   float scale, float scale_log2, float softcap, float (&alpha)[2],
-                                                  float log2_weight_scale = 0.0f, float lazy_log2 = 0.0f) {
+                                                  float log2_weight_scale = 0.0f, float lazy_log2 = 0.0f,
+                                                  bool vote0 = true, bool vote1 = true) {
   // After this block, t = s * mul is the score in base-2 units. Without a soft cap the
   // multiply is folded into the exponent's FFMA below.
   float mul = scale_log2;
@@ -95,7 +99,7 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
   if constexpr (kLazyRescale) {
     // -inf + lazy_log2 = -inf: an empty row's first visible key always moves it; a tile with no
     // visible key (tile_max -inf) never does.
-    const bool rises = tile_max[0] > rows[0].m + lazy_log2 || tile_max[1] > rows[1].m + lazy_log2;
+    const bool rises = (vote0 && tile_max[0] > rows[0].m + lazy_log2) || (vote1 && tile_max[1] > rows[1].m + lazy_log2);
     rescale = __any_sync(0xffffffffu, rises);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -546,8 +546,9 @@ __global__ void __launch_bounds__(
       // Unmasked instances: full = [0, k_len) and n0 >= 0, so only the tail tile (n0 + BN > k_len)
       // needs the mask; the general test cost ~9 instructions per tile there.
       const bool masked = kMasked ? !(full.begin <= n0 && n0 + BN <= full.end) : n0 + BN > tc.k_len;
+      // Rows past the sequence (a ragged tile's next sequence) do not vote.
       rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha,
-                                              kLog2WeightScale, kLazyRescaleLog2);
+                                              kLog2WeightScale, kLazyRescaleLog2, row < tc.q_len, row + 8 < tc.q_len);
     };
     auto pack = [&] {
       if constexpr (kFp8) pack_weights_e4m3<BN>(s, p);
