@@ -97,9 +97,10 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
   }
   bool rescale = true;
   if constexpr (kLazyRescale) {
-    // -inf + lazy_log2 = -inf: an empty row's first visible key always moves it; a tile with no
-    // visible key (tile_max -inf) never does.
-    const bool rises = (vote0 && tile_max[0] > rows[0].m + lazy_log2) || (vote1 && tile_max[1] > rows[1].m + lazy_log2);
+    // The rise as a difference (m + lazy_log2 would round at large m and let a rise through):
+    // an empty row's first visible key rises by +inf, a tile with no visible key by -inf or NaN
+    // (-inf - -inf), which compares false.
+    const bool rises = (vote0 && tile_max[0] - rows[0].m > lazy_log2) || (vote1 && tile_max[1] - rows[1].m > lazy_log2);
     rescale = __any_sync(0xffffffffu, rises);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -250,6 +250,8 @@ __global__ void __launch_bounds__(
   // P then reaches 2^(kLog2WeightScale + kLazyRescaleLog2): 256 for fp16 / bf16, 2^8.5 = 362 for
   // e4m3 (max 448).
   constexpr float kLazyRescaleLog2 = kFp8 ? 0.5f : 8.0f;
+  static_assert(kLog2WeightScale + kLazyRescaleLog2 <= (kFp8 ? 8.8f : 15.0f),
+                "lazy rescale: P must stay below e4m3's 448 (2^8.8) and fp16's 65504");
   extern __shared__ unsigned char smem_raw[];
   // 1024-byte aligned base (128-byte swizzle atoms and wgmma descriptors need it).
   const std::uint32_t raw_addr = smem_u32(smem_raw);
