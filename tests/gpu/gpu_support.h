@@ -160,6 +160,15 @@ class DeviceBuffer {
   std::size_t n_ = 0;
 };
 
+// A forward launch with its split tail forced by TESSERA_CUDA_FORWARD_SPLIT_TAIL (knob: "" for the
+// host rule) and the split the test expects (tiles 0: none).
+struct SplitCase {
+  CaseSpec spec;
+  const char* knob;
+  long long tiles;
+  int parts;
+};
+
 // Sets an environment variable for a scope and restores what was there.
 class ScopedEnv {
  public:

@@ -432,12 +432,6 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
   if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no split";
   const DType f16 = DType::f16, bf16 = DType::bf16;
   const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, 64, -1);
-  struct SplitCase {
-    CaseSpec spec;
-    const char* knob;
-    long long tiles;  // tiles expected split (0: none)
-    int parts;
-  };
   const SplitCase cases[] = {
       {dense(bf16, 2, 129, 2100, 4, 2, 128, opts(false)), "5:3", 5, 3},  // d128 (past the short-key instance)
       {dense(f16, 2, 200, 300, 4, 1, 64, opts(false)), "16:5", 16, 5},   // d64: 3 K/V tiles in 5 parts

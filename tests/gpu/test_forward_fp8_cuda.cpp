@@ -329,12 +329,6 @@ TEST(CudaFp8, SplitTailMatchesOracleWithinRule) {
     EXPECT_EQ(rule.parts, 2);
   }
   auto rng = fresh_rng();
-  struct SplitCase {
-    CaseSpec spec;
-    const char* knob;
-    long long tiles;  // tiles expected split (0: none)
-    int parts;
-  };
   const SplitCase cases[] = {
       {dense_fp8(2, 113, 300, 4, 2, 128, opts(false)), "3", 3, 2},              // 3 K/V tiles: halves of 1 and 2
       {dense_fp8(2, 113, 300, 4, 2, 128, opts(false)), "3:5", 3, 5},            // 5 parts of 3 K/V tiles: two empty
