@@ -244,12 +244,12 @@ __global__ void __launch_bounds__(
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   // FP8: P is stored as 2^8 * exp2(t - m) (e4m3 has normals down to 2^-6 and a max of 448).
-  constexpr float kLog2WeightScale = kFp8 ? 8.0f : 0.0f;
+  constexpr float kLog2WeightScale = kFp8 ? 7.0f : 0.0f;  // (variant: 2^7 with a lazy 2^1.5, P <= 2^8.5)
   // Lazy rescale (softmax_fragment.cuh): O is rescaled only when a row's max rises by more than
   // this (log2 units), so on long rows almost no tile pays the O rescale (D / 2 FMUL per thread).
   // P then reaches 2^(kLog2WeightScale + kLazyRescaleLog2): 256 for fp16 / bf16, 2^8.5 = 362 for
   // e4m3 (max 448).
-  constexpr float kLazyRescaleLog2 = kFp8 ? 0.5f : 8.0f;
+  constexpr float kLazyRescaleLog2 = kFp8 ? 1.5f : 8.0f;
   static_assert(kLog2WeightScale + kLazyRescaleLog2 <= (kFp8 ? 8.8f : 15.0f),
                 "lazy rescale: P must stay below e4m3's 448 (2^8.8) and fp16's 65504");
   extern __shared__ unsigned char smem_raw[];
@@ -618,7 +618,7 @@ __global__ void __launch_bounds__(
               for (int d = 0; d < D / 8; ++d)
                 *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
             }
-            rows[hh].l *= 1.0f / 256.0f;
+            rows[hh].l *= 1.0f / 128.0f;  // 2^-kLog2WeightScale
             if (q == 0 && rr < valid_rows) a.split_lse[slot] = rows[hh].lse();
           }
         }
@@ -629,7 +629,7 @@ __global__ void __launch_bounds__(
               *reinterpret_cast<std::uint32_t*>(out + rr * a.o_row + 8 * d + 2 * q) =
                   Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
           }
-          rows[hh].l *= 1.0f / 256.0f;  // the softmax's own sum, for the LSE
+          rows[hh].l *= 1.0f / 128.0f;  // 2^-kLog2WeightScale: the softmax's own sum, for the LSE
           if (a.lse != nullptr && q == 0 && rr < valid_rows)
             a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
         }
