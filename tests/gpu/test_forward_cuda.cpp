@@ -21,6 +21,7 @@
 #include "api/build_params.h"
 #include "cpu/reference.h"
 #include "gpu/gpu_support.h"
+#include "math/online_softmax.h"
 #include "support/test_support.h"
 #include "tessera/attention.h"
 #include "tessera/error.h"
@@ -322,6 +323,63 @@ TEST(CudaForward, EmptyRowsAreZeroWithMinusInfLse) {
         for (int d = 0; d < s.head_dim; ++d)
           EXPECT_EQ(g.host.out.get((static_cast<std::int64_t>(i) * s.heads_q + h) * s.head_dim + d), 0.0f);
       }
+    expect_matches_oracle(g.host, g.host.forward_params());
+  }
+}
+
+// Scores that ramp along the keys (AttentionCase::set_score_ramps), rising in kv head 0 by ~2.5
+// log2 units per 128 keys and falling in kv head 1. The sm90 kernels' lazy rescale
+// (softmax_fragment.cuh) keeps a row's max while it rises by less than 2^8, so P grows towards
+// 256 over several tiles before the max moves; falling scores never move it after the first
+// tile. Every head dim (tile widths 64-176 keys), both 16-bit types, against the oracle.
+TEST(CudaForward, RampedScoresMatchOracle) {
+  auto rng = fresh_rng();
+  for (const DType dt : {DType::bf16, DType::f16})
+    for (const int d : {64, 128, 256}) {
+      const CaseSpec spec = dense(dt, 1, 200, 3000, 2, 2, d, opts(false));
+      SCOPED_TRACE(spec.name());
+      GpuCase g(spec, rng);
+      // Score rise over the row, log2 units: q0 * k0_max / sqrt(d) * log2(e).
+      const float rise = 2.5f * static_cast<float>(spec.seq_k) / 128.0f, q0 = 8.0f;
+      g.host.set_score_ramps(q0, rise * std::sqrt(static_cast<float>(d)) / (q0 * math::kLog2e));
+      g.q.upload(g.host.q);
+      g.k.upload(g.host.k);
+      g.run();
+      EXPECT_EQ(g.host.out.count_nan(), 0);
+      EXPECT_EQ(g.host.lse.count_nan(), 0);
+      EXPECT_TRUE(g.host.out.margins_intact());
+      expect_matches_oracle(g.host, g.host.forward_params());
+    }
+}
+
+// A ragged tile's rows past its sequence hold the next sequence's queries. Whatever those are,
+// the sequence's own output must keep its bits: the lazy rescale's vote leaves such rows out
+// (softmax_fragment.cuh). Sequence 1's queries scaled by 16 give its rows against sequence 0's
+// keys score rises far past 2^8, which would move sequence 0's rescales if they voted.
+TEST(CudaForward, RaggedSequenceIgnoresItsNeighboursQueries) {
+  auto rng = fresh_rng();
+  for (const int d : {64, 128, 256}) {
+    const CaseSpec spec = ragged(DType::bf16, {100, 37, 150}, {3000, 3000, 3000}, 4, 2, d, opts(false));
+    SCOPED_TRACE(spec.name());
+    GpuCase g(spec, rng);
+    g.run();
+    const std::vector<double> out0 = g.host.out_packed(), lse0 = g.host.lse_packed();
+    const std::int64_t per_row = static_cast<std::int64_t>(spec.heads_q) * d;
+    for (std::int64_t i = 100 * per_row; i < 137 * per_row; ++i) g.host.q.set(i, 16.0f * g.host.q.get(i));
+    g.q.upload(g.host.q);
+    g.run();
+    const std::vector<double> out1 = g.host.out_packed(), lse1 = g.host.lse_packed();
+    // Packed order: sequence-major rows, so sequence 0 comes first in out (its 100 rows x heads x d)
+    // and, per head, first in the LSE (cpu/reference.h's packing).
+    ASSERT_EQ(out0.size(), out1.size());
+    int diff_o = 0, diff_l = 0;
+    for (std::int64_t i = 0; i < 100 * per_row; ++i) diff_o += out0[static_cast<std::size_t>(i)] != out1[static_cast<std::size_t>(i)];
+    const std::int64_t total = 287;
+    for (int h = 0; h < spec.heads_q; ++h)
+      for (std::int64_t t = 0; t < 100; ++t)
+        diff_l += lse0[static_cast<std::size_t>(h * total + t)] != lse1[static_cast<std::size_t>(h * total + t)];
+    EXPECT_EQ(diff_o, 0) << "sequence 0's output moved with sequence 1's queries";
+    EXPECT_EQ(diff_l, 0) << "sequence 0's LSE moved with sequence 1's queries";
     expect_matches_oracle(g.host, g.host.forward_params());
   }
 }

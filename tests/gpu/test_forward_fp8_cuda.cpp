@@ -429,6 +429,31 @@ TEST(CudaFp8, LongSequenceWithinRule) {
   }
 }
 
+// Scores that ramp along the keys (AttentionCase::set_score_ramps): the lazy rescale keeps an
+// e4m3 row's max while it rises by less than 2^0.5, so P grows past 2^8 towards 2^8.5 = 362
+// before the max moves. Rising in kv head 0 by ~0.13 log2 units per 128 keys at d128, falling in
+// kv head 1; both head dims, with and without the V^T pass. A smoke test of the whole kernel: a
+// P saturating at 448 by a few percent would still pass the rule here (a model of this case
+// passes up to a threshold of 1); the bound itself is checked exactly in
+// tests/gpu/test_softmax_fragment.cu.
+TEST(CudaFp8, RampedScoresWithinRule) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  auto rng = fresh_rng();
+  for (const int d : {128, 256})
+    for (const char* vt : {"kernel", "global"}) {
+      const CaseSpec spec = dense_fp8(1, 200, 1500, 2, 2, d, opts(false));
+      SCOPED_TRACE(spec.name() + " V^T " + vt);
+      ScopedEnv where("TESSERA_CUDA_FP8_V_TRANSPOSE", vt);
+      GpuFp8Case g(spec, rng);
+      // True values within 4 standard deviations (the descales hold 4-8 of them in 448).
+      g.host.set_score_ramps(3.5f, 3.5f);
+      g.q.upload(g.host.q);
+      g.k.upload(g.host.k);
+      g.run();
+      expect_matches_oracle(g, spec.name());
+    }
+}
+
 // A zero q or k factor (an all-zero head) makes every score 0: uniform weights over the visible
 // keys. The kernel folds the factors into the exponent's multiplier, where -inf * 0 would be NaN
 // in every tile with masked scores (causal diagonal, the tail past k_len).

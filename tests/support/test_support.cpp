@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "api/build_params.h"
 #include "math/dtype_convert.h"
@@ -390,6 +391,27 @@ void AttentionCase::fill_fp8(std::mt19937_64& rng) {
   quantise(q, descale_q, hq, group, s.input_std, true);
   quantise(k, descale_k, hk, 1, s.input_std, false);
   quantise(v, descale_v, hk, 1, 1.0f, false);
+}
+
+void AttentionCase::set_score_ramps(float q0, float k0_max) {
+  const CaseSpec& s = spec;
+  if (s.ragged() || s.seq_k < 2) throw std::invalid_argument("set_score_ramps: dense cases with seq_k >= 2");
+  const std::int64_t D = s.head_dim, hq = s.heads_q, hk = s.heads_kv, group = hq / hk;
+  auto stored = [&](const HostTensor& descale, std::int64_t b, std::int64_t kv_head, float x) {
+    if (descale.numel() == 0) return x;
+    const float y = x / descale.get(b * hk + kv_head);
+    if (std::fabs(y) > 448.0f) throw std::invalid_argument("set_score_ramps: a value past e4m3's 448 after its descale");
+    return y;
+  };
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    for (std::int64_t i = 0; i < s.seq_q; ++i)
+      for (std::int64_t h = 0; h < hq; ++h) q.set(((b * s.seq_q + i) * hq + h) * D, stored(descale_q, b, h / group, q0));
+    for (std::int64_t j = 0; j < s.seq_k; ++j)
+      for (std::int64_t h = 0; h < hk; ++h) {
+        const float step = static_cast<float>(h % 2 == 0 ? j : s.seq_k - 1 - j) / static_cast<float>(s.seq_k - 1);
+        k.set(((b * s.seq_k + j) * hk + h) * D, stored(descale_k, b, h, k0_max * step));
+      }
+  }
 }
 
 Fp8Descale AttentionCase::descales() const {

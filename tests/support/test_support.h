@@ -205,6 +205,13 @@ struct AttentionCase {
   std::vector<double> dk_packed() const;
   std::vector<double> dv_packed() const;
 
+  // Dense cases: scores that ramp along the keys. Component 0 of every query becomes q0 and of
+  // key j of kv head h k0_max * j / (seq_k - 1) for even h (rising), k0_max * (seq_k - 1 - j) /
+  // (seq_k - 1) for odd h (falling); the other components keep their random values. Values are
+  // the true ones (fp8 stores them divided by the descale, which must keep them within 448).
+  // Refresh any device copies afterwards.
+  void set_score_ramps(float q0, float k0_max);
+
  private:
   void fill_fp8(std::mt19937_64& rng);  // descales, then q/k/v quantised with them
 };

@@ -28,11 +28,23 @@ namespace tessera::cuda {
 // O accumulator must be multiplied. `masked` false: the whole tile is visible to every row.
 // log2_weight_scale w: the weights come out as 2^w exp2(t - m) (fp8 P needs them away from the
 // bottom of its range); l then sums the scaled weights, and the caller divides out 2^w.
-template <int kBlockN>
-__device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], math::OnlineSoftmaxRow (&rows)[2],
+//
+// kLazyRescale: the running max m moves only when some row of the warp sees a tile max above
+// m + lazy_log2; otherwise every row keeps its m, alpha is 1 and the result is false, so the
+// caller skips the O rescale (one vote per tile, warp-uniform). Exact in real arithmetic: m is
+// any common offset of the row's exponents as long as l and O use the same one, and the LSE is
+// m + log2 l. The weights then reach 2^(w + lazy_log2) instead of 2^w (the caller picks
+// lazy_log2 so that P's type holds them). With lazy_log2 0 it is the exact skip: a rescale
+// whenever any row's max rose. Returns whether O must be rescaled (always true without it).
+// votes[h] false: row h does not take part in the vote (a row past its sequence, whose Q may be
+// another sequence's: the other rows' rounding must not depend on it); its weights are then
+// unbounded, and the caller never stores it.
+template <int kBlockN, bool kLazyRescale = false>
+__device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], math::OnlineSoftmaxRow (&rows)[2],
                                                   const math::KeyRange (&keys)[2], bool masked, int n0, int q,
                                                   float scale, float scale_log2, float softcap, float (&alpha)[2],
-                                                  float log2_weight_scale = 0.0f) {
+                                                  float log2_weight_scale = 0.0f, float lazy_log2 = 0.0f,
+                                                  bool vote0 = true, bool vote1 = true) {
   // After this block, t = s * mul is the score in base-2 units. Without a soft cap the
   // multiply is folded into the exponent's FFMA below.
   float mul = scale_log2;
@@ -61,7 +73,7 @@ __device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], ma
   constexpr int kTiles = kBlockN / 8;
   constexpr int kPartials = 4;
   static_assert(kTiles >= kPartials, "scores_to_weights: tiles of at least 32 keys (every partial chain starts from a value)");
-  float m_use[2];
+  float m_use[2], tile_max[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float part[kPartials];
@@ -74,12 +86,27 @@ __device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], ma
     for (int w = kPartials / 2; w > 0; w /= 2)
 #pragma unroll
       for (int k = 0; k < w; ++k) part[k] = fmaxf(part[k], part[k + w]);
-    float mx = sm80::quad_max(part[0]);
     // mul > 0, so the max of s * mul is mx * mul (and -inf stays -inf).
-    alpha[h] = rows[h].enter_tile(mx * mul);
-    // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
-    // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
-    m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;
+    tile_max[h] = sm80::quad_max(part[0]) * mul;
+    if constexpr (!kLazyRescale) {
+      alpha[h] = rows[h].enter_tile(tile_max[h]);
+      // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
+      // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
+      m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;
+    }
+  }
+  bool rescale = true;
+  if constexpr (kLazyRescale) {
+    // The rise as a difference (m + lazy_log2 would round at large m and let a rise through):
+    // an empty row's first visible key rises by +inf, a tile with no visible key by -inf or NaN
+    // (-inf - -inf), which compares false.
+    const bool rises = (vote0 && tile_max[0] - rows[0].m > lazy_log2) || (vote1 && tile_max[1] - rows[1].m > lazy_log2);
+    rescale = __any_sync(0xffffffffu, rises);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      alpha[h] = rescale ? rows[h].enter_tile(tile_max[h]) : 1.0f;
+      m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;  // as above
+    }
   }
   // The partial sums start from the first pair, not from 0 (no adds of 0).
   float sum[2][kPartials];
@@ -101,6 +128,7 @@ __device__ __forceinline__ void scores_to_weights(float (&s)[kBlockN / 8][4], ma
       for (int k = 0; k < w; ++k) sum[h][k] += sum[h][k + w];
     rows[h].add(sum[h][0]);
   }
+  return rescale;
 }
 
 // O rows *= alpha. kSkipWhenUnchanged: skip when no row of the warp changed its max (every

@@ -360,6 +360,7 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
     std::uint32_t p[BN / 16][4];
     math::OnlineSoftmaxRow rows[2];
     float alpha[2];
+    bool rescale_o = true;  // whether this tile's alpha must be applied to O (lazy rescale)
     auto& s_flat = reinterpret_cast<float(&)[BN / 2]>(s);
     auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
 
@@ -386,7 +387,10 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
     auto weights = [&](int i) {
       const int n0 = (un.t0 + i) * BN;
       const bool masked = !(full.begin <= n0 && n0 + BN <= full.end);
-      scores_to_weights<BN>(s, rows, keys, masked, n0, q, a.scale, a.scale_log2, a.softcap, alpha);
+      // Lazy rescale as in the forward (softmax_fragment.cuh): O is rescaled only when a row of
+      // the warp rises past its kept max by 2^8 (P <= 256).
+      rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, a.scale, a.scale_log2, a.softcap, alpha,
+                                              0.0f, 8.0f);
     };
     auto release = [&](std::uint32_t bar) {
       __syncwarp();
@@ -401,7 +405,9 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
                   issue_pv,
                   weights,
                   [&] { end_softmax_block(rows); },  // the forward's pin (bf16 / fp16: +2-4 % there)
-                  [&] { rescale_rows<D, false>(o, alpha); },
+                  [&] {
+                    if (rescale_o) rescale_rows<D, false>(o, alpha);
+                  },
                   [&] { pack_weights<T, BN>(s, p); },
                   [&](int stage) { release(k_empty(stage)); },
                   [&](int stage) { release(v_empty(stage)); },

@@ -244,7 +244,14 @@ __global__ void __launch_bounds__(
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   // FP8: P is stored as 2^8 * exp2(t - m) (e4m3 has normals down to 2^-6 and a max of 448).
-  constexpr float kLog2WeightScale = kFp8 ? 8.0f : 0.0f;
+  constexpr float kLog2WeightScale = kFp8 ? 7.0f : 0.0f;  // (variant: 2^7 with a lazy 2^1.5, P <= 2^8.5)
+  // Lazy rescale (softmax_fragment.cuh): O is rescaled only when a row's max rises by more than
+  // this (log2 units), so on long rows almost no tile pays the O rescale (D / 2 FMUL per thread).
+  // P then reaches 2^(kLog2WeightScale + kLazyRescaleLog2): 256 for fp16 / bf16, 2^8.5 = 362 for
+  // e4m3 (max 448).
+  constexpr float kLazyRescaleLog2 = kFp8 ? 1.5f : 8.0f;
+  static_assert(kLog2WeightScale + kLazyRescaleLog2 <= (kFp8 ? 8.8f : 15.0f),
+                "lazy rescale: P must stay below e4m3's 448 (2^8.8) and fp16's 65504");
   extern __shared__ unsigned char smem_raw[];
   // 1024-byte aligned base (128-byte swizzle atoms and wgmma descriptors need it).
   const std::uint32_t raw_addr = smem_u32(smem_raw);
@@ -480,6 +487,7 @@ __global__ void __launch_bounds__(
     std::uint32_t p[kFp8 ? BN / 32 : BN / 16][4];  // P as the A fragments of the P V k-steps
     math::OnlineSoftmaxRow rows[2];
     float alpha[2];
+    bool rescale_o = true;  // whether this tile's alpha must be applied to O (lazy rescale)
     auto& s_flat = reinterpret_cast<float(&)[BN / 2]>(s);
     auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
 
@@ -540,7 +548,9 @@ __global__ void __launch_bounds__(
       // Unmasked instances: full = [0, k_len) and n0 >= 0, so only the tail tile (n0 + BN > k_len)
       // needs the mask; the general test cost ~9 instructions per tile there.
       const bool masked = kMasked ? !(full.begin <= n0 && n0 + BN <= full.end) : n0 + BN > tc.k_len;
-      scores_to_weights<BN>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha, kLog2WeightScale);
+      // Rows past the sequence (a ragged tile's next sequence) do not vote.
+      rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha,
+                                              kLog2WeightScale, kLazyRescaleLog2, row < tc.q_len, row + 8 < tc.q_len);
     };
     auto pack = [&] {
       if constexpr (kFp8) pack_weights_e4m3<BN>(s, p);
@@ -567,7 +577,9 @@ __global__ void __launch_bounds__(
                     // ran under P V (SASS, eighteenth session).
                     if constexpr (!kFp8 || !Tr::kSerialGemms) end_softmax_block(rows);
                   },
-                  [&] { rescale_rows<D, false>(o, alpha); },
+                  [&] {
+                    if (rescale_o) rescale_rows<D, false>(o, alpha);
+                  },
                   pack,
                   [&](int stage) { release_stage(k_empty(stage), lane); },
                   [&](int stage) { release_stage(pv_empty(stage), lane); },
@@ -606,7 +618,7 @@ __global__ void __launch_bounds__(
               for (int d = 0; d < D / 8; ++d)
                 *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
             }
-            rows[hh].l *= 1.0f / 256.0f;
+            rows[hh].l *= 1.0f / 128.0f;  // 2^-kLog2WeightScale
             if (q == 0 && rr < valid_rows) a.split_lse[slot] = rows[hh].lse();
           }
         }
@@ -617,7 +629,7 @@ __global__ void __launch_bounds__(
               *reinterpret_cast<std::uint32_t*>(out + rr * a.o_row + 8 * d + 2 * q) =
                   Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
           }
-          rows[hh].l *= 1.0f / 256.0f;  // the softmax's own sum, for the LSE
+          rows[hh].l *= 1.0f / 128.0f;  // 2^-kLog2WeightScale: the softmax's own sum, for the LSE
           if (a.lse != nullptr && q == 0 && rr < valid_rows)
             a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
         }
