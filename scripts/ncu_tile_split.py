@@ -44,6 +44,11 @@ def read_source_page(path):
     return header, body
 
 
+def count(value):
+    """An ncu CSV count: "1,521,536" or "27405" (thousands separators are the report's choice)."""
+    return int(float(value.replace(",", "") or 0))
+
+
 def split(short_path, long_path):
     """Per class ('per query tile', 'per K/V tile', 'other'): instruction count and samples in each
     profile; plus the per-query-tile rows for the top list. The K/V-tile ratio is the execution
@@ -56,15 +61,14 @@ def split(short_path, long_path):
         raise ValueError("the two profiles are not of the same kernel (their SASS differs)")
     s, e = h.index(SAMPLES), h.index(EXECUTED)
     s2, e2 = h2.index(SAMPLES), h2.index(EXECUTED)
-    num = lambda v: int(float(v.replace(",", "") or 0))
-    top = max(range(len(a)), key=lambda i: num(a[i][e]))
-    ratio = num(b[top][e2]) / max(num(a[top][e]), 1)
+    top = max(range(len(a)), key=lambda i: count(a[i][e]))
+    ratio = count(b[top][e2]) / max(count(a[top][e]), 1)
     if ratio < 1.5:
         raise ValueError(f"the long profile runs the loop only {ratio:.2f}x as often: pick lengths further apart")
     classes = {name: [0, 0, 0] for name in ("per query tile", "per K/V tile", "other")}
     per_tile = []
     for ra, rb in zip(a, b):
-        ea, eb = num(ra[e]), num(rb[e2])
+        ea, eb = count(ra[e]), count(rb[e2])
         if ea == 0 and eb == 0:
             name = "other"
         else:
@@ -74,10 +78,10 @@ def split(short_path, long_path):
             name = "per query tile" if q < ratio ** 0.25 else "per K/V tile" if q > ratio ** 0.75 else "other"
         c = classes[name]
         c[0] += 1
-        c[1] += num(ra[s])
-        c[2] += num(rb[s2])
+        c[1] += count(ra[s])
+        c[2] += count(rb[s2])
         if name == "per query tile":
-            per_tile.append((num(ra[s]), ra, h))
+            per_tile.append((count(ra[s]), ra, h))
     return ratio, classes, per_tile
 
 
@@ -92,7 +96,7 @@ def report(short_path, long_path, top=15, out=sys.stdout):
     per_tile_total = classes["per query tile"][1] or 1
     out.write(f"\nper-query-tile instructions with the most samples (short profile; share of the per-tile samples):\n")
     for samples, row, header in sorted(per_tile, key=lambda t: -t[0])[:top]:
-        reasons = sorted(((int(float(row[i] or 0)), header[i][len("stall_"):]) for i in range(len(header))
+        reasons = sorted(((count(row[i]), header[i][len("stall_"):]) for i in range(len(header))
                           if header[i].startswith("stall_") and "Not Issued" not in header[i]), reverse=True)[:2]
         why = ", ".join(f"{k} {v}" for v, k in reasons if v > 0)
         out.write(f"  {samples:7d} {samples / per_tile_total:6.1%}  {row[header.index('Source')].strip()[:64]:64s} {why}\n")
