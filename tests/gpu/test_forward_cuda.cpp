@@ -470,6 +470,59 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
 #endif
 }
 
+// TESSERA_CUDA_D64_WARPGROUPS forces two consumer warpgroups (128-row tiles; unmasked calls on the
+// masked instance) or three (192-row tiles; masked short calls on the three-warpgroup masked
+// instance) at head_dim 64. Both directions must still match the oracle, with partial tiles of
+// either height, ragged too. (On other devices or paths the knob has no effect; the cases still
+// run.) A value outside 2 / 3 is refused before anything is written, at any head_dim.
+TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const CaseSpec cases[] = {
+      dense(bf16, 2, 1024, 1024, 4, 2, 64, opts(false)),               // 1k: 8 whole 128-row tiles, 5.3 192-row ones
+      dense(f16, 1, 200, 333, 8, 1, 64, opts(false, -1, -1, 2.0f)),    // partial tiles, softcap, GQA 8
+      dense(bf16, 1, 130, 1000, 2, 1, 64, opts(true)),                 // causal, short: two by the rule
+      ragged(f16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(false)),
+      ragged(bf16, {65, 1, 193}, {500, 3, 193}, 4, 4, 64, opts(true)),
+  };
+  auto rng = fresh_rng();
+  for (const char* knob : {"2", "3"}) {
+    ScopedEnv warpgroups("TESSERA_CUDA_D64_WARPGROUPS", knob);
+    for (const CaseSpec& spec : cases) {
+      SCOPED_TRACE(spec.name() + " warpgroups " + knob);
+      GpuCase g(spec, rng);
+      g.run();
+      EXPECT_EQ(g.host.out.count_nan(), 0);
+      EXPECT_EQ(g.host.lse.count_nan(), 0);
+      EXPECT_TRUE(g.host.out.margins_intact());
+      EXPECT_TRUE(g.host.lse.margins_intact());
+      expect_matches_oracle(g.host, g.host.forward_params());
+    }
+  }
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  // The sm90 launcher reads the knob on every call it takes (the portable path never reads it).
+  int device = 0, major = 0, minor = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const char* forced = std::getenv("TESSERA_CUDA_FORWARD");
+  if (major != 9 || minor != 0 || (forced != nullptr && std::string(forced) == "portable")) return;
+  ScopedEnv bad("TESSERA_CUDA_D64_WARPGROUPS", "4");
+  GpuCase g(dense(bf16, 1, 64, 64, 2, 1, 128, opts(false)), rng);
+  try {
+    g.run();
+    ADD_FAILURE() << "TESSERA_CUDA_D64_WARPGROUPS=4 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
+        << e.what();
+  }
+  HostTensor out = g.host.out;
+  g.out.download(out);
+  EXPECT_EQ(out.count_nan(), out.numel());  // nothing written: the poison stays
+  EXPECT_TRUE(out.margins_intact());
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unsupported cases: a clear tessera::Error, nothing written.
 
