@@ -16,7 +16,7 @@
 //                           each SM with a prefill CTA; elsewhere the same as sm90)
 //   Measurement and test knobs, each described at its parser below: TESSERA_CUDA_BATCH_DECODE_SMS,
 //   TESSERA_CUDA_BATCH_DECODE_CLAIMS, TESSERA_CUDA_BACKWARD_TAIL_PIECES,
-//   TESSERA_CUDA_FORWARD_SPLIT_TAIL, TESSERA_CUDA_FP8_V_TRANSPOSE.
+//   TESSERA_CUDA_FORWARD_SPLIT_TAIL, TESSERA_CUDA_FP8_V_TRANSPOSE, TESSERA_CUDA_D64_WARPGROUPS.
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
 // a misspelt override must not silently run the default path.
@@ -154,6 +154,19 @@ inline Fp8VTranspose parse_fp8_v_transpose(const char* value) {
               std::string("TESSERA_CUDA_FP8_V_TRANSPOSE: expected 'global', 'kernel' or unset, got '") + value + "'");
 }
 
+// TESSERA_CUDA_D64_WARPGROUPS (a measurement knob of the sm90 forward at head_dim 64, fp16 / bf16,
+// src/cuda/sm90/forward/launch.cu): unset or empty: 0 (the host rule: two consumer warpgroups,
+// 128-row tiles, for masked calls of at most kTwoWarpgroupMaxKeysD64 keys on average, three,
+// 192-row tiles, otherwise); 2: two for every call (unmasked ones on the masked instance, as short
+// unmasked head_dim 128 calls run); 3: three for every call. Anything else throws.
+inline int parse_d64_warpgroups(const char* value) {
+  if (value == nullptr || *value == '\0') return 0;
+  if (std::strcmp(value, "2") == 0) return 2;
+  if (std::strcmp(value, "3") == 0) return 3;
+  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_D64_WARPGROUPS",
+              std::string("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '") + value + "'");
+}
+
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
 inline BackwardPath backward_path_override() { return parse_backward_path(std::getenv("TESSERA_CUDA_BACKWARD")); }
 inline BatchPath batch_path_override() { return parse_batch_path(std::getenv("TESSERA_CUDA_BATCH")); }
@@ -167,6 +180,7 @@ inline ForwardSplitTail forward_split_tail_override() {
 inline int backward_tail_pieces_override() {
   return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));
 }
+inline int d64_warpgroups_override() { return parse_d64_warpgroups(std::getenv("TESSERA_CUDA_D64_WARPGROUPS")); }
 inline bool batch_decode_claims_override() {
   return parse_batch_decode_claims(std::getenv("TESSERA_CUDA_BATCH_DECODE_CLAIMS"));
 }

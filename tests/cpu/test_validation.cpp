@@ -641,6 +641,19 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
   expect_rejected("TESSERA_CUDA_FORWARD_SPLIT_TAIL", dispatch::parse_forward_split_tail,
                   {"-1", "1048577", "4 ", "x", "3.5", "2abc", "5:1", "5:9", "5:", "5:x", "0:3", ":3", "5:3 ", "5:-3",
                    "5:3:2", " 5", "+5", "-0", " 5:3", "+5:3"});
+  // Consumer warpgroups of the sm90 forward at head_dim 64: the host rule (unset), two, three.
+  EXPECT_EQ(dispatch::parse_d64_warpgroups(nullptr), 0);
+  EXPECT_EQ(dispatch::parse_d64_warpgroups(""), 0);
+  EXPECT_EQ(dispatch::parse_d64_warpgroups("2"), 2);
+  EXPECT_EQ(dispatch::parse_d64_warpgroups("3"), 3);
+  expect_rejected("TESSERA_CUDA_D64_WARPGROUPS", dispatch::parse_d64_warpgroups,
+                  {"1", "4", "0", "2 ", " 3", "two", "+2", "23"});
+  try {
+    dispatch::parse_d64_warpgroups("4");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
+        << e.what();
+  }
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);

@@ -92,6 +92,26 @@ void expect_matches_oracle(const AttentionCase& c, const AttentionParams& p) {
       << "naive error " << max_abs_error(naive_lse, oracle.lse);
 }
 
+// Every output element written (no NaN, margins intact) and within the rule against the oracle.
+void expect_written_within_rule(const AttentionCase& c) {
+  EXPECT_EQ(c.out.count_nan(), 0);
+  EXPECT_EQ(c.lse.count_nan(), 0);
+  EXPECT_TRUE(c.out.margins_intact());
+  EXPECT_TRUE(c.lse.margins_intact());
+  expect_matches_oracle(c, c.forward_params());
+}
+
+// Whether this process's forward calls run the sm90 kernels: a compute capability 9.0 device
+// and no TESSERA_CUDA_FORWARD=portable (the build's own sm90 kernels are checked by the caller).
+bool sm90_forward_runs() {
+  int device = 0, major = 0, minor = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const char* forced = std::getenv("TESSERA_CUDA_FORWARD");
+  return major == 9 && minor == 0 && !(forced != nullptr && std::string(forced) == "portable");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The covering grid (CPU suite's, on f16/bf16 with 16-byte row padding) and a few more tiles.
 
@@ -158,12 +178,8 @@ TEST_P(CudaForwardGrid, MatchesOracleWithinRule) {
   auto rng = fresh_rng();
   GpuCase g(spec, rng);
   g.run();
-  EXPECT_EQ(g.host.out.count_nan(), 0);
-  EXPECT_EQ(g.host.lse.count_nan(), 0);
-  EXPECT_TRUE(g.host.out.margins_intact());
-  EXPECT_TRUE(g.host.lse.margins_intact());
   g.expect_inputs_untouched();
-  expect_matches_oracle(g.host, g.host.forward_params());
+  expect_written_within_rule(g.host);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaForwardGrid, ::testing::ValuesIn(grid()),
@@ -420,14 +436,10 @@ TEST(CudaForward, DispatchTakesSm90PathOnHopper) {
 // allocated, i.e. whether the split ran.
 TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
 #if defined(TESSERA_HAS_SM90_KERNELS)
-  int device = 0, major = 0, minor = 0, sms = 0;
+  if (!sm90_forward_runs()) GTEST_SKIP() << "the split tail belongs to the sm90 kernels";
+  int device = 0, sms = 0;
   TESSERA_TEST_CUDA(cudaGetDevice(&device));
-  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const char* forced = std::getenv("TESSERA_CUDA_FORWARD");
-  if (major != 9 || minor != 0 || (forced != nullptr && std::string(forced) == "portable"))
-    GTEST_SKIP() << "the split tail belongs to the sm90 kernels";
   const cudaMemPool_t pool = tessera::cuda::scratch_pool(device);
   if (pool == nullptr) GTEST_SKIP() << "no stream-ordered memory pools: no workspace, no split";
   const DType f16 = DType::f16, bf16 = DType::bf16;
@@ -459,14 +471,54 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
     } else {
       EXPECT_LT(high, 2 * row_bytes) << "a split ran";
     }
-    EXPECT_EQ(g.host.out.count_nan(), 0);
-    EXPECT_EQ(g.host.lse.count_nan(), 0);
-    EXPECT_TRUE(g.host.out.margins_intact());
-    EXPECT_TRUE(g.host.lse.margins_intact());
-    expect_matches_oracle(g.host, g.host.forward_params());
+    expect_written_within_rule(g.host);
   }
 #else
   GTEST_SKIP() << "this build has no sm90 kernels";
+#endif
+}
+
+// TESSERA_CUDA_D64_WARPGROUPS forces two consumer warpgroups (128-row tiles; unmasked calls on the
+// masked instance) or three (192-row tiles; masked short calls on the three-warpgroup masked
+// instance) at head_dim 64. Both directions must still match the oracle, with partial tiles of
+// either height, ragged too. (On other devices or paths the knob has no effect; the cases still
+// run.) A value outside 2 / 3 is refused before anything is written, at any head_dim.
+TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const CaseSpec cases[] = {
+      dense(bf16, 2, 1024, 1024, 4, 2, 64, opts(false)),               // 1k: 8 whole 128-row tiles, 5.3 192-row ones
+      dense(f16, 1, 200, 333, 8, 1, 64, opts(false, -1, -1, 2.0f)),    // partial tiles, softcap, GQA 8
+      dense(bf16, 1, 130, 1000, 2, 1, 64, opts(true)),                 // causal, short: two by the rule
+      ragged(f16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(false)),
+      ragged(bf16, {65, 1, 193}, {500, 3, 193}, 4, 4, 64, opts(true)),
+  };
+  auto rng = fresh_rng();
+  for (const char* knob : {"2", "3"}) {
+    ScopedEnv warpgroups("TESSERA_CUDA_D64_WARPGROUPS", knob);
+    for (const CaseSpec& spec : cases) {
+      SCOPED_TRACE(spec.name() + " warpgroups " + knob);
+      GpuCase g(spec, rng);
+      g.run();
+      expect_written_within_rule(g.host);
+    }
+  }
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  // The sm90 launcher reads the knob on every call it takes (the portable path never reads it).
+  if (!sm90_forward_runs()) return;
+  ScopedEnv bad("TESSERA_CUDA_D64_WARPGROUPS", "4");
+  GpuCase g(dense(bf16, 1, 64, 64, 2, 1, 128, opts(false)), rng);
+  try {
+    g.run();
+    ADD_FAILURE() << "TESSERA_CUDA_D64_WARPGROUPS=4 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
+        << e.what();
+  }
+  HostTensor out = g.host.out;
+  g.out.download(out);
+  EXPECT_EQ(out.count_nan(), out.numel());  // nothing written: the poison stays
+  EXPECT_TRUE(out.margins_intact());
 #endif
 }
 

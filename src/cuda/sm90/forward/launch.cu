@@ -156,10 +156,14 @@ bool run_forward(const AttentionParams& p) {
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
   // 64 rows per consumer warpgroup; masked head_dim 64 over short sequences takes two.
   const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
-  const bool two_wg_d64 = !fp8 && p.head_dim == 64 && masked && mean_keys <= kTwoWarpgroupMaxKeysD64;
+  // (TESSERA_CUDA_D64_WARPGROUPS, a measurement knob, forces two or three; two on an unmasked
+  // call runs the masked instance, whose tiles are then all unmasked but the tail.)
+  const int d64_warpgroups = dispatch::d64_warpgroups_override();  // read (and checked) on every call
+  const bool two_wg_d64 = !fp8 && p.head_dim == 64 &&
+                          (d64_warpgroups == 0 ? masked && mean_keys <= kTwoWarpgroupMaxKeysD64 : d64_warpgroups == 2);
   // Short unmasked head_dim 128 takes the masked instance (see kShortUnmaskedMaxKeysD128).
   const bool masked_instance =
-      masked || (!fp8 && p.head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128);
+      masked || (!fp8 && p.head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128) || two_wg_d64;
   const std::uint32_t box_m = two_wg_d64 ? 128u : static_cast<std::uint32_t>(block_m_for(p.head_dim, fp8));
   const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked_instance, fp8));
   FwdArgs a;
