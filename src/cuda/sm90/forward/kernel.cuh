@@ -615,6 +615,18 @@ __global__ void __launch_bounds__(
     // (ragged, where a box past the sequence would write into the next one); then give the Q
     // buffer back to the producer. ----
     const int valid_rows = min(64, tc.q_len - wg_row0);  // rows of this warpgroup inside the sequence
+    // A part of a split tile (kSplit, tc.split >= 0): the thread's two columns of row rr of O
+    // times sc (fp32 O / l, FP8's V descale folded in), and the row's LSE, into the part's
+    // workspace slot for the merge kernel, which reads only the rows inside the sequence.
+    auto store_split_row = [&](int hh, int rr, float sc, float lse) {
+      if (rr >= valid_rows) return;
+      const std::int64_t slot = (static_cast<std::int64_t>(tc.split) * a.split_parts + tc.part) * BM + 64 * c + rr;
+      float* row_o = a.split_o + slot * D;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+      if (q == 0) a.split_lse[slot] = lse;
+    };
     if constexpr (kFp8) {
       // bf16 O straight from the accumulators (the Q buffer of 1-byte elements is too small to
       // stage it): a quad writes 16 contiguous bytes of a row per column group.
@@ -632,16 +644,8 @@ __global__ void __launch_bounds__(
             // A part of a split tile: fp32 O / l and the LSE of its rows inside the sequence
             // into its workspace slot, for the merge kernel (which reads only those rows).
             to_output = false;
-            const std::int64_t slot =
-                (static_cast<std::int64_t>(tc.split) * a.split_parts + tc.part) * BM + 64 * c + rr;
-            if (rr < valid_rows) {
-              float* row_o = a.split_o + slot * D;
-#pragma unroll
-              for (int d = 0; d < D / 8; ++d)
-                *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
-            }
-            rows[hh].l *= 1.0f / 128.0f;  // 2^-kLog2WeightScale
-            if (q == 0 && rr < valid_rows) a.split_lse[slot] = rows[hh].lse();
+            rows[hh].l *= 1.0f / 128.0f;  // 2^-kLog2WeightScale (sc was taken before)
+            store_split_row(hh, rr, sc, rows[hh].lse());
           }
         }
         if (to_output) {
@@ -664,16 +668,7 @@ __global__ void __launch_bounds__(
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         rows[hh].l = sm80::quad_sum(rows[hh].l);
-        const float sc = rows[hh].output_scale();
-        const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
-        const std::int64_t slot = (static_cast<std::int64_t>(tc.split) * a.split_parts + tc.part) * BM + 64 * c + rr;
-        if (rr < valid_rows) {
-          float* row_o = a.split_o + slot * D;
-#pragma unroll
-          for (int d = 0; d < D / 8; ++d)
-            *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
-          if (q == 0) a.split_lse[slot] = rows[hh].lse();
-        }
+        store_split_row(hh, 16 * warp + g + 8 * hh, rows[hh].output_scale(), rows[hh].lse());
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
       if (t == 0) mbarrier_arrive(q_empty(qb, c));
