@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Where a kernel spends its time once per query tile and once per K/V tile, from two ncu source pages.
+
+Profile the same kernel on two problems with the same number of query tiles but different K/V
+tiles per query tile (e.g. bf16 d128 at 4k and 16k tokens per sequence, both 16k tokens per call:
+2048 query tiles each), with the source page as CSV:
+
+  ncu --section SourceCounters --section WarpStateStats -k regex:forward_kernel --launch-skip 1 \\
+      --launch-count 1 --csv --page source --print-source sass python3 bench/profile_case.py ARGS
+
+(scripts/gpu-ab --ncu-source does this per --ncu case). Every SASS instruction's execution count
+then says how often it runs: about as often in both profiles means once per query tile (set-up,
+the first K/V tile's softmax, the epilogue); `ratio` times as often (the K/V tiles per query
+tile, long / short) means once per K/V tile (the loop). The warp-stall samples of each class give
+its share of the time in each profile, and the per-tile instructions with the most samples say
+where the per-tile time goes.
+
+  scripts/ncu_tile_split.py SHORT.csv[.gz] LONG.csv[.gz] [--top N]
+"""
+import argparse
+import csv
+import gzip
+import io
+import re
+import sys
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+def read_source_page(path):
+    """(header, rows) of an ncu source-page CSV; ncu's own log lines before the table are skipped."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        lines = f.read().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
+    if start is None:
+        raise ValueError(f"{path}: no source-page table (a line starting with \"Address\") found")
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+    for column in (SAMPLES, EXECUTED, "Source"):
+        if column not in header:
+            raise ValueError(f"{path}: column {column!r} missing (profile with --section SourceCounters)")
+    return header, body
+
+
+def split(short_path, long_path):
+    """Per class ('per query tile', 'per K/V tile', 'other'): instruction count and samples in each
+    profile; plus the per-query-tile rows for the top list. The K/V-tile ratio is the execution
+    ratio of the most executed instruction (the loop's)."""
+    h, a = read_source_page(short_path)
+    h2, b = read_source_page(long_path)
+    # (Branch targets are absolute addresses, which move between processes.)
+    text = lambda rows, hdr: [re.sub(r"0x[0-9a-f]{9,}", "ADDR", r[hdr.index("Source")]) for r in rows]
+    if len(a) != len(b) or text(a, h) != text(b, h2):
+        raise ValueError("the two profiles are not of the same kernel (their SASS differs)")
+    s, e = h.index(SAMPLES), h.index(EXECUTED)
+    s2, e2 = h2.index(SAMPLES), h2.index(EXECUTED)
+    num = lambda v: int(float(v.replace(",", "") or 0))
+    top = max(range(len(a)), key=lambda i: num(a[i][e]))
+    ratio = num(b[top][e2]) / max(num(a[top][e]), 1)
+    if ratio < 1.5:
+        raise ValueError(f"the long profile runs the loop only {ratio:.2f}x as often: pick lengths further apart")
+    classes = {name: [0, 0, 0] for name in ("per query tile", "per K/V tile", "other")}
+    per_tile = []
+    for ra, rb in zip(a, b):
+        ea, eb = num(ra[e]), num(rb[e2])
+        if ea == 0 and eb == 0:
+            name = "other"
+        else:
+            q = eb / max(ea, 1)
+            # Geometric midpoints between 1 and the loop's ratio, with a margin for the first and
+            # last K/V tiles, which the loop peels.
+            name = "per query tile" if q < ratio ** 0.25 else "per K/V tile" if q > ratio ** 0.75 else "other"
+        c = classes[name]
+        c[0] += 1
+        c[1] += num(ra[s])
+        c[2] += num(rb[s2])
+        if name == "per query tile":
+            per_tile.append((num(ra[s]), ra, h))
+    return ratio, classes, per_tile
+
+
+def report(short_path, long_path, top=15, out=sys.stdout):
+    ratio, classes, per_tile = split(short_path, long_path)
+    total_a = sum(c[1] for c in classes.values()) or 1
+    total_b = sum(c[2] for c in classes.values()) or 1
+    out.write(f"K/V tiles per query tile, long / short: {ratio:.2f}\n")
+    out.write("| class | instructions | short: samples | share | long: samples | share |\n|---|---|---|---|---|---|\n")
+    for name, (n, sa, sb) in classes.items():
+        out.write(f"| {name} | {n} | {sa} | {sa / total_a:.1%} | {sb} | {sb / total_b:.1%} |\n")
+    per_tile_total = classes["per query tile"][1] or 1
+    out.write(f"\nper-query-tile instructions with the most samples (short profile; share of the per-tile samples):\n")
+    for samples, row, header in sorted(per_tile, key=lambda t: -t[0])[:top]:
+        reasons = sorted(((int(float(row[i] or 0)), header[i][len("stall_"):]) for i in range(len(header))
+                          if header[i].startswith("stall_") and "Not Issued" not in header[i]), reverse=True)[:2]
+        why = ", ".join(f"{k} {v}" for v, k in reasons if v > 0)
+        out.write(f"  {samples:7d} {samples / per_tile_total:6.1%}  {row[header.index('Source')].strip()[:64]:64s} {why}\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("short")
+    ap.add_argument("long")
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    try:
+        report(args.short, args.long, args.top)
+    except (OSError, ValueError) as err:
+        sys.exit(f"ncu_tile_split: {err}")
+
+
+if __name__ == "__main__":
+    main()
