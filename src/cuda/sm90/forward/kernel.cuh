@@ -373,8 +373,8 @@ __global__ void __launch_bounds__(
         const int k_row = tc.k_row0 + tc.n_begin * BN, n_tiles = tc.n_tiles;
         auto load_q = [&] {
           const int qb = q_round % QB;
-          // 64-row boxes; with one Q buffer warpgroup by warpgroup, in the order they give their
-          // rows back (pingpong: 0 first).
+          // kQBoxRows-row boxes; with one Q buffer warpgroup by warpgroup (pingpong usually
+          // gives them back in that order; any order is correct).
 #pragma unroll
           for (int wg = 0; wg < W; ++wg) {
             if (QG > 1 || wg == 0) {
@@ -383,8 +383,8 @@ __global__ void __launch_bounds__(
             }
 #pragma unroll
             for (int p = 0; p < Tr::kPanels; ++p)
-              load_box(sQ(qb) + p * Tr::kQPanelBytes + 64u * 128u * wg, &a.map_q, q_full(qb, wg), ragged,
-                       Tr::kPanelCols * p, q_row + 64 * wg, head, seq);
+              load_box(sQ(qb) + p * Tr::kQPanelBytes + kQBoxRows * 128u * wg, &a.map_q, q_full(qb, wg), ragged,
+                       Tr::kPanelCols * p, q_row + kQBoxRows * wg, head, seq);
           }
           ++q_round;
         };

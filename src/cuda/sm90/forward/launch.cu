@@ -161,11 +161,10 @@ bool run_forward(const AttentionParams& p) {
   const bool masked_instance =
       masked || (!fp8 && p.head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128);
   const int block_m = two_wg_d64 ? 128 : block_m_for(p.head_dim, fp8);
-  // Q boxes of 64 rows: each consumer warpgroup's rows load on their own barrier (kernel.cuh).
-  constexpr std::uint32_t kQBoxRows = 64;
   const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked_instance, fp8));
   FwdArgs a;
   try {
+    // Q boxes of one warpgroup's rows (kQBoxRows, kernel_traits.cuh), the tile's block_m rows in all.
     a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, kQBoxRows, p.q.ptr);
     a.map_k = tile_map(type, p.k, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n, p.q.ptr);
     a.map_v = tile_map(type, p.v, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n, p.q.ptr);
