@@ -153,6 +153,10 @@ std::vector<CaseSpec> grid() {
       // each (ring stages, Q buffer and pingpong turns carried from one tile to the next).
       dense(bf16, 40, 129, 300, 8, 2, 128, opts(false)),
       dense(bf16, 10, 129, 2100, 8, 2, 128, opts(false)),            // (the 176-key instance: > 2048 keys)
+      // One Q buffer, each warpgroup's 64 rows loaded on their own: ragged on the 176-key
+      // instance, where a tile's second warpgroup reads the next sequence's rows (sequence 0) or
+      // only rows past the end of the packed tensor (sequence 1: 30 rows).
+      ragged(bf16, {100, 30}, {2500, 2100}, 4, 2, 128, opts(false)),
       dense(f16, 24, 200, 77, 8, 8, 64, opts(false, -1, -1, 2.0f)),
       dense(bf16, 20, 130, 130, 8, 1, 256, opts(false), 8),
       ragged(f16, {300, 0, 17, 129, 1, 256, 77, 200, 3, 128, 90, 260, 5, 64, 150, 199, 33, 280, 0, 140},

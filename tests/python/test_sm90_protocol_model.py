@@ -14,7 +14,10 @@ protocol changes. It fails on each of these deliberate mistakes (checked when it
 consumer Q parity flipped, no Q release after the epilogue, no final turn taken by warpgroup 0,
 producer's empty-stage parity not flipped, ring position advanced one step early; and, with two Q
 buffers, a Q phase counted per tile instead of per buffer round (r instead of r // 2); a tile
-slot published without waiting for its release, a reader's tile-slot parity flipped.
+slot published without waiting for its release, a reader's tile-slot parity flipped; with one Q
+buffer (a Q barrier pair per warpgroup), a warpgroup waiting on the first warpgroup's Q barrier
+instead of its own, a warpgroup's box landing on every warpgroup's rows (checked when the pairs
+were split, twentieth session).
 """
 
 import random
@@ -79,8 +82,12 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     assert transposers or (fp8 and vt_global), "only V^T-only FP8 instances lack the transposing warps"
     tw = 3 if fp8 and transposers else 0  # transposing warps
     rnd = random.Random(seed)
-    q_full = [MBar(1) for _ in range(QB)]
-    q_empty = [MBar(W) for _ in range(QB)]
+    # Q barrier pairs per buffer: with one buffer one per warpgroup (its 64 rows load and are
+    # given back on their own), with two one per buffer (kernel_traits.cuh kQGroups).
+    QG = W if QB == 1 else 1
+    grp = (lambda c: c) if QG > 1 else (lambda c: 0)
+    q_full = [[MBar(1) for _ in range(QG)] for _ in range(QB)]
+    q_empty = [[MBar(W // QG) for _ in range(QG)] for _ in range(QB)]
     k_full = [MBar(1) for _ in range(S)]
     k_empty = [MBar(4 * W) for _ in range(S)]
     v_full = [MBar(1) for _ in range(S)]
@@ -131,16 +138,21 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
             def load_q(t=t):
                 nonlocal qr
                 b = qr % QB
-                while not q_empty[b].try_wait(((qr // QB) & 1) ^ 1):
-                    yield
-                q_full[b].expect_tx(1)
-                q_full[b].arrive()
+                # One 64-row box per warpgroup, each landing on its own; with one Q buffer the
+                # producer waits for each warpgroup's release in turn.
+                for c in range(W):
+                    g = grp(c)
+                    if QG > 1 or c == 0:
+                        while not q_empty[b][g].try_wait(((qr // QB) & 1) ^ 1):
+                            yield
+                        q_full[b][g].expect_tx(W // QG)
+                        q_full[b][g].arrive()
 
-                def land(t=t, b=b):
-                    qbuf[b]["rows"] = [("q", t)] * W
-                    q_full[b].complete_tx(1)
+                    def land(t=t, b=b, c=c, g=g):
+                        qbuf[b]["rows"][c] = ("q", t)
+                        q_full[b][g].complete_tx(1)
 
-                tma(land)
+                    tma(land)
                 qr += 1
 
             def load_stage(empty, full, buf, st, par, tag):
@@ -214,7 +226,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 break
             n = ntiles_of(t)
             b = qr % QB
-            while not q_full[b].try_wait((qr // QB) & 1):
+            while not q_full[b][grp(c)].try_wait((qr // QB) & 1):
                 yield
             if n > 0:
                 st = it % S
@@ -259,7 +271,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
             # epilogue: overwrite own Q rows, release
             qbuf[b]["rows"][c] = ("o", t)
             yield
-            q_empty[b].arrive(1)
+            q_empty[b][grp(c)].arrive(1)
             qr += 1
         if c == 0:
             yield from take()

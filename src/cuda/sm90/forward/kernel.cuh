@@ -263,8 +263,14 @@ __global__ void __launch_bounds__(
   auto sV = [&](int stage) { return base + Tr::kVOffset + static_cast<std::uint32_t>(stage * Tr::kKVTileBytes); };
   const std::uint32_t bars = base + Tr::kBarrierOffset;
   // Q tile r (the r-th this CTA loads) goes to buffer r % QB; its barriers' phase is r / QB.
-  auto q_full = [&](int buf) { return bars + 8u * buf; };
-  auto q_empty = [&](int buf) { return bars + 8u * (QB + buf); };
+  // With one Q buffer each consumer warpgroup's 64 rows have their own pair: a warpgroup's rows
+  // of the next Q load as soon as it has staged and stored its own O there, under the other
+  // warpgroups' last turns and epilogues, instead of after every warpgroup's epilogue. (With
+  // two, the next Q loads under this tile anyway: one pair per buffer.)
+  constexpr int W = Tr::kConsumerWarpgroups;
+  constexpr int QG = Tr::kQGroups;  // Q barrier pairs per buffer: W or 1
+  auto q_full = [&](int buf, int wg) { return bars + 8u * (buf * QG + (QG == 1 ? 0 : wg)); };
+  auto q_empty = [&](int buf, int wg) { return bars + 8u * (QB * QG + buf * QG + (QG == 1 ? 0 : wg)); };
   constexpr int QBar = Tr::kQBarriers;
   auto k_full = [&](int stage) { return bars + 8u * (QBar + stage); };
   auto k_empty = [&](int stage) { return bars + 8u * (QBar + S + stage); };
@@ -304,8 +310,10 @@ __global__ void __launch_bounds__(
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < QB; ++b) {
-      mbarrier_init(q_full(b), 1);
-      mbarrier_init(q_empty(b), Tr::kConsumerWarpgroups);
+      for (int wg = 0; wg < QG; ++wg) {
+        mbarrier_init(q_full(b, wg), 1);
+        mbarrier_init(q_empty(b, wg), W / QG);  // thread 0 of each warpgroup, after its epilogue
+      }
     }
     for (int s = 0; s < S; ++s) {
       mbarrier_init(k_full(s), 1);
@@ -332,8 +340,8 @@ __global__ void __launch_bounds__(
     // ---- producer: one thread takes the tiles, publishes each in the tile ring, and issues
     // every copy, running ahead of the consumers by up to kStages K/V tiles and into the next
     // tile (its first K tile, then Q once the consumers have released that Q buffer: with two
-    // buffers, the one of the tile before this one, long done; with one, this one, after their
-    // epilogue has staged O in it) ----
+    // buffers, the one of the tile before this one, long done; with one, this one, each
+    // warpgroup's rows after its own epilogue has staged O in them) ----
     setmaxnreg_dec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&a.map_q);
@@ -365,24 +373,38 @@ __global__ void __launch_bounds__(
         const int k_row = tc.k_row0 + tc.n_begin * BN, n_tiles = tc.n_tiles;
         auto load_q = [&] {
           const int qb = q_round % QB;
-          mbarrier_wait_parity(q_empty(qb), ((q_round / QB) & 1) ^ 1);
-          mbarrier_arrive_expect_tx(q_full(qb), Tr::kQBytes);
+          // kQBoxRows-row boxes; with one Q buffer warpgroup by warpgroup (pingpong usually
+          // gives them back in that order; any order is correct).
 #pragma unroll
-          for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sQ(qb) + p * Tr::kQPanelBytes, &a.map_q, q_full(qb), ragged, Tr::kPanelCols * p, q_row, head, seq);
+          for (int wg = 0; wg < W; ++wg) {
+            if (QG > 1 || wg == 0) {
+              mbarrier_wait_parity(q_empty(qb, wg), ((q_round / QB) & 1) ^ 1);
+              mbarrier_arrive_expect_tx(q_full(qb, wg), Tr::kQBytes / QG);
+            }
+#pragma unroll
+            for (int p = 0; p < Tr::kPanels; ++p)
+              load_box(sQ(qb) + p * Tr::kQPanelBytes + kQBoxRows * 128u * wg, &a.map_q, q_full(qb, wg), ragged,
+                       Tr::kPanelCols * p, q_row + kQBoxRows * wg, head, seq);
+          }
           ++q_round;
         };
-        if (n_tiles == 0) load_q();
+        auto load_k = [&](int i) {
+          const int stage = it % S;
+          mbarrier_wait_parity(k_empty(stage), ((it / S) & 1) ^ 1);  // round 0 passes at once
+          mbarrier_arrive_expect_tx(k_full(stage), Tr::kKVTileBytes);
+#pragma unroll
+          for (int p = 0; p < Tr::kPanels; ++p)
+            load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, Tr::kPanelCols * p,
+                     k_row + i * BN, h_kv, seq);
+        };
+        // The first K tile goes before Q: it needs no epilogue to have finished.
+        if (n_tiles > 0) load_k(0);
+        load_q();
         for (int i = 0; i < n_tiles; ++i, ++it) {
           const int stage = it % S;
           const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
           const int row = k_row + i * BN;
-          mbarrier_wait_parity(k_empty(stage), parity);
-          mbarrier_arrive_expect_tx(k_full(stage), Tr::kKVTileBytes);
-#pragma unroll
-          for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, Tr::kPanelCols * p, row, h_kv, seq);
-          if (i == 0) load_q();
+          if (i > 0) load_k(i);
           if constexpr (kFp8) {
             if (vt_global()) {  // V^T ready in global memory: straight into the P V operand's stage
               mbarrier_wait_parity(vt_empty(stage), parity);
@@ -560,7 +582,7 @@ __global__ void __launch_bounds__(
     auto pv_full = [&](int stage) { return kFp8 ? vt_full(stage) : v_full(stage); };
     auto pv_empty = [&](int stage) { return kFp8 ? vt_empty(stage) : v_empty(stage); };
 
-    mbarrier_wait_parity(q_full(qb), (q_round / QB) & 1);
+    mbarrier_wait_parity(q_full(qb, c), (q_round / QB) & 1);
     if (tc.n_tiles > 0) {
       // The schedule (kv_tile_schedule.cuh): the pinned softmax (end_softmax_block) only for
       // bf16 / fp16: for FP8 the pinned order measured 8 % slower at d128 16k and 4 % at 1k
@@ -593,6 +615,18 @@ __global__ void __launch_bounds__(
     // (ragged, where a box past the sequence would write into the next one); then give the Q
     // buffer back to the producer. ----
     const int valid_rows = min(64, tc.q_len - wg_row0);  // rows of this warpgroup inside the sequence
+    // A part of a split tile (kSplit, tc.split >= 0): the thread's two columns of row rr of O
+    // times sc (fp32 O / l, FP8's V descale folded in), and the row's LSE, into the part's
+    // workspace slot for the merge kernel, which reads only the rows inside the sequence.
+    auto store_split_row = [&](int hh, int rr, float sc, float lse) {
+      if (rr >= valid_rows) return;
+      const std::int64_t slot = (static_cast<std::int64_t>(tc.split) * a.split_parts + tc.part) * BM + 64 * c + rr;
+      float* row_o = a.split_o + slot * D;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
+      if (q == 0) a.split_lse[slot] = lse;
+    };
     if constexpr (kFp8) {
       // bf16 O straight from the accumulators (the Q buffer of 1-byte elements is too small to
       // stage it): a quad writes 16 contiguous bytes of a row per column group.
@@ -610,16 +644,8 @@ __global__ void __launch_bounds__(
             // A part of a split tile: fp32 O / l and the LSE of its rows inside the sequence
             // into its workspace slot, for the merge kernel (which reads only those rows).
             to_output = false;
-            const std::int64_t slot =
-                (static_cast<std::int64_t>(tc.split) * a.split_parts + tc.part) * BM + 64 * c + rr;
-            if (rr < valid_rows) {
-              float* row_o = a.split_o + slot * D;
-#pragma unroll
-              for (int d = 0; d < D / 8; ++d)
-                *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
-            }
-            rows[hh].l *= 1.0f / 128.0f;  // 2^-kLog2WeightScale
-            if (q == 0 && rr < valid_rows) a.split_lse[slot] = rows[hh].lse();
+            rows[hh].l *= 1.0f / 128.0f;  // 2^-kLog2WeightScale (sc was taken before)
+            store_split_row(hh, rr, sc, rows[hh].lse());
           }
         }
         if (to_output) {
@@ -635,26 +661,17 @@ __global__ void __launch_bounds__(
         }
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
-      if (t == 0) mbarrier_arrive(q_empty(qb));
+      if (t == 0) mbarrier_arrive(q_empty(qb, c));
     } else if (kSplit && tc.split >= 0) {
       // A part of a split tile (16-bit): fp32 O / l and the LSE of its rows inside the sequence
       // into its workspace slot, as the FP8 parts above; no staging, no TMA store.
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         rows[hh].l = sm80::quad_sum(rows[hh].l);
-        const float sc = rows[hh].output_scale();
-        const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
-        const std::int64_t slot = (static_cast<std::int64_t>(tc.split) * a.split_parts + tc.part) * BM + 64 * c + rr;
-        if (rr < valid_rows) {
-          float* row_o = a.split_o + slot * D;
-#pragma unroll
-          for (int d = 0; d < D / 8; ++d)
-            *reinterpret_cast<float2*>(row_o + 8 * d + 2 * q) = make_float2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
-          if (q == 0) a.split_lse[slot] = rows[hh].lse();
-        }
+        store_split_row(hh, 16 * warp + g + 8 * hh, rows[hh].output_scale(), rows[hh].lse());
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
-      if (t == 0) mbarrier_arrive(q_empty(qb));
+      if (t == 0) mbarrier_arrive(q_empty(qb, c));
     } else {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -682,7 +699,7 @@ __global__ void __launch_bounds__(
             tma_store_commit();
             tma_store_wait_read<0>();  // the Q buffer may be refilled once the copy has read it
           }
-          mbarrier_arrive(q_empty(qb));
+          mbarrier_arrive(q_empty(qb, c));
         }
       } else {
         constexpr int kChunks = D / 8;  // 16-byte chunks per row
@@ -700,7 +717,7 @@ __global__ void __launch_bounds__(
           }
         }
         named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every row read out of the Q buffer
-        if (t == 0) mbarrier_arrive(q_empty(qb));
+        if (t == 0) mbarrier_arrive(q_empty(qb, c));
       }
     }
     ++q_round;

@@ -39,6 +39,10 @@ constexpr int consumer_warpgroups_for(int head_dim, bool fp8 = false) {
 }
 constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer_warpgroups_for(head_dim, fp8); }
 
+// Rows of a Q box (the TMA map's, launch.cu): one consumer warpgroup's rows, so that with one Q
+// buffer each warpgroup's rows load on their own barrier (kernel.cuh).
+constexpr int kQBoxRows = 64;
+
 // Masked (causal, window) head_dim 64 problems whose sequences average at most this many keys
 // run on two consumer warpgroups (128-row Q tiles) instead of three: a 192-row tile computes
 // and discards more of the diagonal, and a short causal problem is mostly diagonal. Measured
@@ -110,15 +114,18 @@ struct FwdTraits {
   // FP8: V^T (head_dim rows of kBlockN keys), K-major for the P V product.
   static constexpr int kVtTileBytes = kFp8 ? kHeadDim * 128 : 0;
   static constexpr int kVStageBytes = kVtOnly ? 0 : kKVTileBytes;  // a V stage (none: V^T-only)
-  // Barriers: Q full and Q empty per Q buffer, tile full and tile empty per slot of the tile
-  // ring, then K full / K empty / V full / V empty (/ Vt full / Vt empty for fp8), kStages each.
+  // Barriers: Q full and Q empty per Q buffer (and per consumer warpgroup with one buffer:
+  // each warpgroup's 64 rows of Q are loaded and given back on their own), tile full and tile
+  // empty per slot of the tile ring, then K full / K empty / V full / V empty (/ Vt full / Vt
+  // empty for fp8), kStages each.
   static constexpr int kTileSlots = 2;  // tile indices the producer publishes ahead
   static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
-  // Past the Q buffers: the K/V (and V^T) ring, the barriers with two Q buffers' worth, the
-  // tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
+  // Past the Q buffers: the K/V (and V^T) ring, the barriers (Q pairs: an upper bound for
+  // either Q layout, 2 x 2 or 1 x W pairs), the tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
   // kernel rounds it up).
   static constexpr int kRingBytes =
-      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + 8 * (4 + kStageBarriers) + 4 * kTileSlots + 1024;
+      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + 8 * (4 * kConsumerWarpgroups + kStageBarriers) +
+      4 * kTileSlots + 1024;
   // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
   // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
   // waits for the epilogue (the consumers stage O in the buffer Q was in).
@@ -128,7 +135,12 @@ struct FwdTraits {
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kVtOffset = kVOffset + kStages * kVStageBytes;
   static constexpr int kBarrierOffset = kVtOffset + kStages * kVtTileBytes;
-  static constexpr int kQBarriers = 2 * kQBuffers;
+  // Q full / Q empty pairs per buffer: one per consumer warpgroup with one buffer (kernel.cuh).
+  static constexpr int kQGroups = kQBuffers == 1 ? kConsumerWarpgroups : 1;
+  static constexpr int kQBarriers = 2 * kQBuffers * kQGroups;
+  // Q arrives in boxes of kQBoxRows rows per 128-byte panel, one box row-block per warpgroup.
+  static_assert(kBlockM == kQBoxRows * kConsumerWarpgroups && kQBytes == kPanels * kConsumerWarpgroups * kQBoxRows * 128,
+                "a warpgroup's Q rows are one box per panel");
   static constexpr int kBarriers = kQBarriers + kStageBarriers;
   static constexpr int kTileSlotOffset = kBarrierOffset + 8 * kBarriers;
   static constexpr int kSmemBytes = kTileSlotOffset + 4 * kTileSlots + 1024;

@@ -164,11 +164,12 @@ bool run_forward(const AttentionParams& p) {
   // Short unmasked head_dim 128 takes the masked instance (see kShortUnmaskedMaxKeysD128).
   const bool masked_instance =
       masked || (!fp8 && p.head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128) || two_wg_d64;
-  const std::uint32_t box_m = two_wg_d64 ? 128u : static_cast<std::uint32_t>(block_m_for(p.head_dim, fp8));
+  const int block_m = two_wg_d64 ? 128 : block_m_for(p.head_dim, fp8);
   const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked_instance, fp8));
   FwdArgs a;
   try {
-    a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, box_m, p.q.ptr);
+    // Q boxes of one warpgroup's rows (kQBoxRows, kernel_traits.cuh), the tile's block_m rows in all.
+    a.map_q = tile_map(type, p.q, ragged, rows_q, p.heads_q, seqs, p.head_dim, kQBoxRows, p.q.ptr);
     a.map_k = tile_map(type, p.k, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n, p.q.ptr);
     a.map_v = tile_map(type, p.v, ragged, rows_k, p.heads_kv, seqs, p.head_dim, box_n, p.q.ptr);
     if (!ragged && !fp8) a.map_o = tile_map(type, p.o, ragged, rows_q, p.heads_q, seqs, p.head_dim, 64, p.q.ptr);
@@ -204,9 +205,9 @@ bool run_forward(const AttentionParams& p) {
   // Ragged: blocks of the longest sequence x sequences, or virtual blocks over all sequences
   // (math/ragged_tiles.h), whichever is fewer; with device cu_seqlens seq_q is only the total
   // token count, and the virtual numbering avoids a batch-times-too-large grid.
-  long long m_blocks = (static_cast<long long>(p.seq_q) + box_m - 1) / box_m;
+  long long m_blocks = (static_cast<long long>(p.seq_q) + block_m - 1) / block_m;
   long long tiles = m_blocks * p.heads_q * p.batch;
-  const long long virtual_blocks = ragged ? math::ragged_virtual_blocks(p.total_q, p.batch, box_m) : 0;
+  const long long virtual_blocks = ragged ? math::ragged_virtual_blocks(p.total_q, p.batch, block_m) : 0;
   a.ragged_virtual = ragged && virtual_blocks * p.heads_q < tiles;
   if (a.ragged_virtual) {
     m_blocks = virtual_blocks;
@@ -216,7 +217,7 @@ bool run_forward(const AttentionParams& p) {
   // rule) or 7 x 2^20 (forced) virtual tiles, launch_template.cuh, and next_tile sums in 64 bits)
   if (tiles > 0x3fffffffLL) return false;
   a.m_blocks = static_cast<int>(m_blocks);
-  a.block_m = static_cast<int>(box_m);
+  a.block_m = block_m;
   a.heads = p.heads_q;
   a.batch = p.batch;
   a.num_tiles = static_cast<int>(tiles);
@@ -242,7 +243,7 @@ bool run_forward(const AttentionParams& p) {
     const dispatch::Fp8VTranspose where = dispatch::fp8_v_transpose_override();
     const bool pass = where == dispatch::Fp8VTranspose::global ||
                       (where == dispatch::Fp8VTranspose::automatic &&
-                       fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(a.m_blocks, box_m, box_n, p.mask.causal,
+                       fp8_v_transpose_pays(fp8_query_tiles_per_kv_tile(a.m_blocks, block_m, box_n, p.mask.causal,
                                                                         p.mask.window_left, p.mask.window_right),
                                             a.group, p.head_dim));
     if (pass && !ragged && p.seq_k > 0 &&
