@@ -650,6 +650,7 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
                   {"1", "4", "0", "2 ", " 3", "two", "+2", "23"});
   try {
     dispatch::parse_d64_warpgroups("4");
+    ADD_FAILURE() << "TESSERA_CUDA_D64_WARPGROUPS=4 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
         << e.what();
