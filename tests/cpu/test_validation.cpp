@@ -654,6 +654,21 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
     EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
         << e.what();
   }
+  // K tile of the sm90 forward's unmasked head_dim 64 calls: the host rule (unset), 128, 192.
+  EXPECT_EQ(dispatch::parse_d64_key_tile(nullptr), 0);
+  EXPECT_EQ(dispatch::parse_d64_key_tile(""), 0);
+  EXPECT_EQ(dispatch::parse_d64_key_tile("128"), 128);
+  EXPECT_EQ(dispatch::parse_d64_key_tile("192"), 192);
+  expect_rejected("TESSERA_CUDA_D64_KEY_TILE", dispatch::parse_d64_key_tile,
+                  {"0", "64", "176", "256", "128 ", " 192", "+128", "wide", "1920"});
+  try {
+    dispatch::parse_d64_key_tile("256");
+    ADD_FAILURE() << "TESSERA_CUDA_D64_KEY_TILE=256 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_KEY_TILE: expected 128, 192 or unset, got '256'"),
+              std::string::npos)
+        << e.what();
+  }
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);

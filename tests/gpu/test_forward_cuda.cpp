@@ -142,6 +142,10 @@ std::vector<CaseSpec> grid() {
       // the unmasked one (176-key tiles) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 128, opts(false)),
       dense(f16, 1, 200, 2049, 2, 1, 128, opts(false)),
+      // Unmasked head_dim 64: 128-key tiles up to 2048 keys on average, 192-key tiles (P through
+      // shared memory) above: both sides of the switch, with partial tiles.
+      dense(bf16, 1, 130, 2048, 2, 1, 64, opts(false)),
+      dense(f16, 1, 200, 2049, 2, 1, 64, opts(false)),
       dense(f16, 2, 150, 150, 4, 2, 64, opts(false)),                // a third warpgroup partly filled
       ragged(bf16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(true)),  // the same, ragged row stores
       ragged(f16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(true), 8),  // empty seq, empty KV
@@ -247,6 +251,8 @@ std::vector<LongCase> long_cases() {
       {dense(f16, 1, 8192, 8192, 2, 2, 64, opts(true, 1024, -1)), {0, 1000, 8128}},
       {dense(bf16, 1, 4096, 4096, 1, 1, 256, opts(false, -1, -1, 30.0f)), {64, 4032}},
       {dense(bf16, 1, 4000, 12345, 2, 1, 128, opts(false)), {0, 3936}},
+      {dense(bf16, 1, 8192, 8192, 2, 1, 64, opts(false, -1, -1, 20.0f)), {0, 5000, 8128}},  // d64 x 192 keys, softcap
+      {dense(f16, 1, 3000, 16384, 8, 2, 64, opts(false)), {0, 2936}},  // d64 x 192 keys, GQA 4
   };
 }
 
@@ -517,6 +523,68 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
     EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
+        << e.what();
+  }
+  HostTensor out = g.host.out;
+  g.out.download(out);
+  EXPECT_EQ(out.count_nan(), out.numel());  // nothing written: the poison stays
+  EXPECT_TRUE(out.margins_intact());
+#endif
+}
+
+// TESSERA_CUDA_D64_KEY_TILE forces the unmasked head_dim 64 calls on three consumer warpgroups
+// onto 128-key tiles (P from registers) or 192-key tiles (P through shared memory, the instance
+// the rule gives calls of more than 2048 keys on average). Both must match the oracle on short
+// and odd shapes too: one key, one query, keys a tile and a few past, no keys, GQA, softcap,
+// ragged with empty sequences, more tiles than SMs, and with the split tail forced. Masked calls
+// ignore it. A value other than 128 / 192 is refused before anything is written.
+TEST(CudaForward, D64KeyTileKnobMatchesOracle) {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const CaseSpec cases[] = {
+      dense(bf16, 2, 1024, 1024, 4, 2, 64, opts(false)),             // 1k: 5.3 192-key tiles
+      dense(f16, 1, 200, 333, 8, 1, 64, opts(false, -1, -1, 2.0f)),  // partial tiles, softcap, GQA 8
+      dense(bf16, 1, 17, 1, 2, 1, 64, opts(false)),                  // one key
+      dense(f16, 1, 1, 17, 2, 2, 64, opts(false)),                   // one query row
+      dense(bf16, 1, 113, 193, 4, 4, 64, opts(false)),               // one key past a 192-key tile
+      dense(f16, 1, 1023, 383, 2, 1, 64, opts(false)),               // one key short of two tiles
+      dense(bf16, 1, 40, 0, 2, 1, 64, opts(false)),                  // no keys: O = 0, LSE = -inf
+      dense(bf16, 12, 300, 700, 8, 2, 64, opts(false)),              // 192 tiles: more than the SMs
+      dense(f16, 1, 130, 1000, 2, 1, 64, opts(true)),                // causal: the knob does not apply
+      ragged(f16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(false)),
+      ragged(bf16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(false), 8),  // empty seq, empty KV
+  };
+  auto rng = fresh_rng();
+  for (const char* knob : {"192", "128"}) {
+    ScopedEnv key_tile("TESSERA_CUDA_D64_KEY_TILE", knob);
+    for (const CaseSpec& spec : cases) {
+      SCOPED_TRACE(spec.name() + " key tile " + knob);
+      GpuCase g(spec, rng);
+      g.run();
+      g.expect_inputs_untouched();
+      expect_written_within_rule(g.host);
+    }
+    // The split tail on either tile: 2500 keys are 13.02 192-key tiles, 19.5 128-key ones.
+    ScopedEnv split("TESSERA_CUDA_FORWARD_SPLIT_TAIL", "4:3");
+    for (const CaseSpec& spec : {dense(bf16, 2, 200, 2500, 4, 1, 64, opts(false)),
+                                 dense(f16, 1, 300, 400, 2, 2, 64, opts(false, -1, -1, 5.0f))}) {
+      SCOPED_TRACE(spec.name() + " key tile " + knob + ", split 4:3");
+      GpuCase g(spec, rng);
+      g.run();
+      expect_written_within_rule(g.host);
+    }
+  }
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  // The sm90 launcher reads the knob on every call it takes (the portable path never reads it).
+  if (!sm90_forward_runs()) return;
+  ScopedEnv bad("TESSERA_CUDA_D64_KEY_TILE", "256");
+  GpuCase g(dense(bf16, 1, 64, 64, 2, 1, 128, opts(false)), rng);
+  try {
+    g.run();
+    ADD_FAILURE() << "TESSERA_CUDA_D64_KEY_TILE=256 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_KEY_TILE: expected 128, 192 or unset, got '256'"),
+              std::string::npos)
         << e.what();
   }
   HostTensor out = g.host.out;

@@ -386,6 +386,8 @@ TEST(PrimitivesSm90, WgmmaSsM64N32F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<
 TEST(PrimitivesSm90, WgmmaSsM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 64>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 64>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 128>(); }
+TEST(PrimitivesSm90, WgmmaSsM64N192Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 192>(); }
+TEST(PrimitivesSm90, WgmmaSsM64N192F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 192>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 256>(); }
 
 // SS with an MN-major B: A (64 x 64) written K-major at the swizzled positions, B as its 64 K rows

@@ -105,6 +105,27 @@ __device__ __forceinline__ void pack_weights_e4m3(const float (&s)[kBlockN / 8][
   }
 }
 
+// 16-bit P (the A fragments of pack_weights) into a warpgroup's P buffer (FwdTraits::kPInSmem):
+// 64 rows of kBlockN keys in 64-key panels of 128-byte rows, 128-byte swizzle (16-byte chunk c
+// of row r at chunk c ^ (r % 8)), the K-major A operand of the P V wgmma, laid out as TMA lays
+// out Q. The fragment of k16 step kt is four 8 x 8 matrices (rows 0-7 / 8-15 of the warp's 16 x
+// keys 16 kt .. + 7 / + 8 .. + 15, in register order a[0..3]): one stmatrix.x4, lane l giving
+// row l % 8 of matrix l / 8. A matrix's 8 rows land in 8 distinct chunks (one wavefront).
+template <int kBlockN>
+__device__ __forceinline__ void store_weights_smem(std::uint32_t p_base, const std::uint32_t (&p)[kBlockN / 16][4],
+                                                   int warp, int lane) {
+  static_assert(kBlockN % 64 == 0, "whole 64-key panels");
+  const int m = lane >> 3, r = lane & 7;
+  const std::uint32_t row_addr = p_base + static_cast<std::uint32_t>((16 * warp + 8 * (m & 1) + r) * 128);
+#pragma unroll
+  for (int kt = 0; kt < kBlockN / 16; ++kt) {
+    const int chunk = 2 * kt + (m >> 1);  // 16-byte chunk of the row (8 keys)
+    const std::uint32_t addr =
+        row_addr + static_cast<std::uint32_t>((chunk / 8) * 64 * 128 + (((chunk % 8) ^ r) << 4));
+    stmatrix_x4(addr, p[kt][0], p[kt][1], p[kt][2], p[kt][3]);
+  }
+}
+
 // V tile (kBlockN keys x head_dim bytes, as TMA wrote it: 128-byte panels of head-dim columns,
 // rows swizzled) -> V^T (head_dim rows of kBlockN logical keys, 128-byte swizzled rows, K-major
 // for wgmma), keys in the order of pack_weights_e4m3's permutation. The byte transpose rides on
@@ -302,6 +323,8 @@ __global__ void __launch_bounds__(
     return __shfl_sync(0xffffffffu, tile, 0);
   };
   auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
+  // kPInSmem: consumer warpgroup wg's P buffer.
+  auto sP = [&](int wg) { return base + Tr::kPOffset + static_cast<std::uint32_t>(wg * Tr::kPBytes); };
   const int num_tiles = a.num_tiles;
   const bool ragged = a.cu_seqlens_q != nullptr;
   // One tile per CTA (masked or ragged launches without the tile counter): the CTA of an empty
@@ -548,10 +571,19 @@ __global__ void __launch_bounds__(
       wgmma_commit();
     };
     // O += P V over the tile's keys: 16-bit types in k16 steps with V MN-major (16 rows of V =
-    // 2048 bytes each); e4m3 in k32 steps over V^T, K-major (32 bytes of each V^T row).
+    // 2048 bytes each), P from registers or (kPInSmem) from the warpgroup's P buffer (k16 step kt:
+    // panel kt / 4, 32 bytes per step inside it, as Q K^T steps through Q); e4m3 in k32 steps
+    // over V^T, K-major (32 bytes of each V^T row).
     auto issue_pv = [&](int stage) {
       wgmma_fence();
-      if constexpr (kFp8) {
+      if constexpr (Tr::kPInSmem) {
+        const std::uint64_t dp = make_smem_desc_sw128_kmajor(sP(c));
+        const std::uint64_t dv = make_smem_desc_sw128_mnmajor(sV(stage), Tr::kKVPanelBytes);
+#pragma unroll
+        for (int kt = 0; kt < BN / 16; ++kt)
+          wgmma_ss<D, kBf16, true>(o_flat, smem_desc_advance(dp, (kt / 4) * Tr::kPPanelBytes + 32u * (kt % 4)),
+                                   smem_desc_advance(dv, 2048u * kt), true);
+      } else if constexpr (kFp8) {
         const std::uint64_t dvt = make_smem_desc_sw128_kmajor(sVt(stage));
 #pragma unroll
         for (int kt = 0; kt < BN / 32; ++kt) wgmma_rs_e4m3<D>(o_flat, p[kt], smem_desc_advance(dvt, 32u * kt), true);
@@ -577,6 +609,15 @@ __global__ void __launch_bounds__(
     auto pack = [&] {
       if constexpr (kFp8) pack_weights_e4m3<BN>(s, p);
       else pack_weights<T, BN>(s, p);
+      if constexpr (Tr::kPInSmem) {
+        // The warpgroup's previous P V read this buffer: every warp has waited for it (the
+        // schedule's wait before pack) before any warp overwrites it. The turn barrier before the
+        // next P V (all 128 threads of this warpgroup) orders the stores, fenced for the async
+        // proxy, before that wgmma reads them.
+        named_barrier_sync(kEpilogueBarrier0 + c, 128);
+        store_weights_smem<BN>(sP(c), p, warp, lane);
+        fence_proxy_async_shared_cta();
+      }
     };
     // The barriers that say a V tile is ready for P V and that P V is done with it.
     auto pv_full = [&](int stage) { return kFp8 ? vt_full(stage) : v_full(stage); };

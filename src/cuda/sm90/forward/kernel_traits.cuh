@@ -11,7 +11,9 @@
 // Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 128 bytes of
 // head-dim columns (64 16-bit or 128 fp8 elements), rows 128 bytes apart, each panel 1024-byte
 // aligned.
-//   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 2 x 24 KB + 4 x (16 + 16) KB = 176 KB
+//   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 2 x 24 KB + 4 x (16 + 16) KB = 176 KB;
+//                 unmasked over long sequences 192 x 192 (kPInSmem), 2 stages and P of each warpgroup:
+//                 Q 2 x 24 + 2 x (24 + 24) + 3 x 24 = 216 KB
 //   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB;
 //                 masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
@@ -22,7 +24,8 @@
 // Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
 // rescale) over more keys; masked problems keep 128 so fewer keys are computed and thrown away
 // on the diagonal.
-// Registers per consumer thread: S (kBlockN / 2), P (kBlockN / 4; fp8 kBlockN / 8), O (head_dim / 2).
+// Registers per consumer thread: S (kBlockN / 2), P (kBlockN / 4; fp8 kBlockN / 8; none in flight
+// with kPInSmem), O (head_dim / 2).
 #pragma once
 
 namespace tessera::cuda::sm90 {
@@ -57,11 +60,23 @@ constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
 // H200 (bf16, 16k tokens, A/B): 1k -7 % time; at 16k the 176-key instance stays faster.
 constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 
-// K tile width per head dim and mask: the instances that exist (launch.cu picks one). FP8
-// (1-byte elements) uses 128 keys: one 128-byte swizzled row of the transposed V tile.
-constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false) {
+// Unmasked 16-bit head_dim 64 problems whose sequences average more than this many keys run on
+// 192-key tiles with P through shared memory (kWideKeyTileD64, FwdTraits::kPInSmem) instead of
+// 128-key tiles with P from registers: each tile's fixed costs (the turn, two waits, the row
+// max / sum reductions and their shuffles, the O rescale) spread over 1.5x the keys, and at
+// head_dim 64 a tile's tensor and exp2 times are about equal, so those fixed costs are what the
+// pipes wait on. Short sequences keep 128 keys: 1024 keys are 8 whole 128-key tiles but 5.3
+// 192-key ones (the same reasoning as kShortUnmaskedMaxKeysD128). Not yet measured.
+constexpr long long kShortUnmaskedMaxKeysD64 = 2048;
+constexpr int kWideKeyTileD64 = 192;
+
+// K tile width per head dim and mask: the instances that exist (launch.cu picks one; wide:
+// head_dim 64's 192-key tiles, see kShortUnmaskedMaxKeysD64). FP8 (1-byte elements) uses 128
+// keys: one 128-byte swizzled row of the transposed V tile.
+constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool wide = false) {
   if (fp8) return 128;
-  return head_dim == 64 ? 128 : head_dim == 128 ? (masked ? 128 : 176) : (masked ? 64 : 80);
+  if (head_dim == 64) return wide && !masked ? kWideKeyTileD64 : 128;
+  return head_dim == 128 ? (masked ? 128 : 176) : (masked ? 64 : 80);
 }
 
 // kWarpgroups_: consumer warpgroups; 0 takes consumer_warpgroups_for (the only other instance
@@ -86,7 +101,8 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0, "whole k16 steps of the P V product");
   static_assert(!kFp8 || kBlockN == 128, "fp8: the transposed V tile is one 128-byte row per head-dim column");
   // FP8 d128 (192-row Q tiles) has the room for 3 (the V^T ring then also runs 3 tiles ahead).
-  static constexpr int kStages = kHeadDim == 64 ? 4 : kFp8 && kHeadDim == 128 ? 3 : 2;
+  // The wide head_dim 64 instance (kPInSmem) has room for 2 (its P buffers take 72 KB).
+  static constexpr int kStages = kHeadDim == 64 && kBlockN_ == 128 ? 4 : kFp8 && kHeadDim == 128 ? 3 : 2;
   // setmaxnreg: 128 x 24 + 256 x 240 = 64,512 of the 65,536 registers of an SM; three
   // consumer warpgroups (head_dim 64): 128 x 24 + 384 x 160 = 64,512. FP8: the producer
   // warpgroup also transposes V (3 warps): 128 x 32 + 384 x 160 = 65,536 at head_dim 128 (three
@@ -104,6 +120,12 @@ struct FwdTraits {
   // complete P V before they issue the next Q K^T; except the V^T-only head_dim 256 one, whose
   // 240 registers hold them (ptxas: 0 spill, the P V wait after the softmax in SASS).
   static constexpr bool kSerialGemms = kFp8 && !(kVtOnly && kHeadDim == 256);
+  // 16-bit head_dim 64 x 192 keys: O (32) + S (96) + P (48) registers do not fit three consumer
+  // warpgroups' 160, O + S do. So each warpgroup stores P in its own buffer in shared memory
+  // (64 rows of kBlockN keys, K-major, 128-byte swizzle, as Q is) and the P V wgmma reads its A
+  // operand from there; only O and S are in flight, and the overlapped schedule stays.
+  static constexpr bool kPInSmem = !kFp8 && kHeadDim == 64 && kBlockN == kWideKeyTileD64;
+  static_assert(!kPInSmem || kConsumerWarpgroups == 3, "the wide head_dim 64 instance: three consumer warpgroups");
 
   static constexpr int kPanels = kHeadDim * kElemBytes / 128;  // 128-byte column panels
   static constexpr int kPanelCols = 128 / kElemBytes;          // elements per panel row
@@ -114,6 +136,11 @@ struct FwdTraits {
   // FP8: V^T (head_dim rows of kBlockN keys), K-major for the P V product.
   static constexpr int kVtTileBytes = kFp8 ? kHeadDim * 128 : 0;
   static constexpr int kVStageBytes = kVtOnly ? 0 : kKVTileBytes;  // a V stage (none: V^T-only)
+  // kPInSmem: P of each consumer warpgroup, 64 rows x kBlockN keys in 128-byte panels of 64 keys
+  // (8 KB each), K-major, 128-byte swizzle.
+  static constexpr int kPPanelBytes = 64 * 128;
+  static constexpr int kPBytes = kPInSmem ? kBlockN / 64 * kPPanelBytes : 0;
+  static_assert(!kPInSmem || kBlockN % 64 == 0, "P: whole 64-key panels");
   // Barriers: Q full and Q empty per Q buffer (and per consumer warpgroup with one buffer:
   // each warpgroup's 64 rows of Q are loaded and given back on their own), tile full and tile
   // empty per slot of the tile ring, then K full / K empty / V full / V empty (/ Vt full / Vt
@@ -124,8 +151,8 @@ struct FwdTraits {
   // either Q layout, 2 x 2 or 1 x W pairs), the tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
   // kernel rounds it up).
   static constexpr int kRingBytes =
-      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + 8 * (4 * kConsumerWarpgroups + kStageBarriers) +
-      4 * kTileSlots + 1024;
+      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + kConsumerWarpgroups * kPBytes +
+      8 * (4 * kConsumerWarpgroups + kStageBarriers) + 4 * kTileSlots + 1024;
   // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
   // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
   // waits for the epilogue (the consumers stage O in the buffer Q was in).
@@ -134,7 +161,8 @@ struct FwdTraits {
   static constexpr int kKOffset = kQOffset + kQBuffers * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kVtOffset = kVOffset + kStages * kVStageBytes;
-  static constexpr int kBarrierOffset = kVtOffset + kStages * kVtTileBytes;
+  static constexpr int kPOffset = kVtOffset + kStages * kVtTileBytes;
+  static constexpr int kBarrierOffset = kPOffset + kConsumerWarpgroups * kPBytes;
   // Q full / Q empty pairs per buffer: one per consumer warpgroup with one buffer (kernel.cuh).
   static constexpr int kQGroups = kQBuffers == 1 ? kConsumerWarpgroups : 1;
   static constexpr int kQBarriers = 2 * kQBuffers * kQGroups;
@@ -146,6 +174,7 @@ struct FwdTraits {
   static constexpr int kSmemBytes = kTileSlotOffset + 4 * kTileSlots + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
   static_assert(kKOffset % 1024 == 0 && kKVTileBytes % 1024 == 0, "swizzled tiles are 1024-byte aligned");
+  static_assert(kPOffset % 1024 == 0, "P buffers are 1024-byte aligned (swizzled)");
 };
 
 }  // namespace tessera::cuda::sm90

@@ -38,7 +38,9 @@ bool fail(std::string* why, const std::string& what) {
 template <int D>
 int smem_bytes_max() {
   const int a = FwdTraits<D, block_n_for(D, false)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, true)>::kSmemBytes;
-  return a > b ? a : b;
+  // head_dim 64: the wide instance's too (kShortUnmaskedMaxKeysD64)
+  const int c = FwdTraits<D, block_n_for(D, false, false, true)>::kSmemBytes;
+  return std::max(a, std::max(b, c));
 }
 
 int smem_bytes(int head_dim) {
@@ -75,9 +77,11 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
 }
 
 template <typename T, int D>
-void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n) {
   if constexpr (D == 64) {
     if (masked && a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
+    if (!masked && block_n == kWideKeyTileD64)
+      return launch_forward<T, 64, block_n_for(64, false, false, true), false>(a, num_sms, p.stream);
   }
   if (masked) return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
   return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);
@@ -98,7 +102,7 @@ void launch_fp8_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked
 }
 
 template <typename T>
-void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n) {
   if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
     if (p.head_dim == 128) return launch_fp8_for_mask<128>(a, p, masked, num_sms);
     if (p.head_dim == 256) return launch_fp8_for_mask<256>(a, p, masked, num_sms);
@@ -106,9 +110,9 @@ void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked
                 "sm90 fp8 forward: head_dim: expected 128 or 256, got " + std::to_string(p.head_dim));
   }
   switch (p.head_dim) {
-    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms);
-    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms);
-    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms);
+    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms, block_n);
+    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms, block_n);
+    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms, block_n);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -165,7 +169,13 @@ bool run_forward(const AttentionParams& p) {
   const bool masked_instance =
       masked || (!fp8 && p.head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128) || two_wg_d64;
   const int block_m = two_wg_d64 ? 128 : block_m_for(p.head_dim, fp8);
-  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked_instance, fp8));
+  // Long unmasked head_dim 64 calls take 192-key tiles (kShortUnmaskedMaxKeysD64;
+  // TESSERA_CUDA_D64_KEY_TILE, a measurement and test knob, forces 128 or 192 there).
+  const int d64_key_tile = dispatch::d64_key_tile_override();  // read (and checked) on every call
+  const bool wide_d64 = !fp8 && p.head_dim == 64 && !masked_instance &&
+                        (d64_key_tile == 0 ? mean_keys > kShortUnmaskedMaxKeysD64 : d64_key_tile == kWideKeyTileD64);
+  const int block_n = block_n_for(p.head_dim, masked_instance, fp8, wide_d64);
+  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n);
   FwdArgs a;
   try {
     // Q boxes of one warpgroup's rows (kQBoxRows, kernel_traits.cuh), the tile's block_m rows in all.
@@ -274,14 +284,14 @@ bool run_forward(const AttentionParams& p) {
                                                     p.head_dim, vt.ptr, vt.stream));
       }
     }
-    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms);
+    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms, block_n);
     if (vt.ptr != nullptr) {
       void* ws = vt.ptr;
       vt.ptr = nullptr;
       TESSERA_CUDA_CHECK(cudaFreeAsync(ws, vt.stream));
     }
-  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms);
-  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms);
+  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms, block_n);
+  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms, block_n);
   return true;
 }
 
