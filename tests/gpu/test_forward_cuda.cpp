@@ -488,6 +488,31 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
 #endif
 }
 
+// A forward knob set to a value it refuses: the sm90 launcher reads its knobs on every call it takes
+// (the portable path never reads them), so a head_dim 128 call fails with an error that names the
+// variable and what it expected, and writes nothing.
+void expect_sm90_knob_refused(const char* var, const char* value, const std::string& expected) {
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  if (!sm90_forward_runs()) return;
+  ScopedEnv bad(var, value);
+  auto rng = fresh_rng();
+  GpuCase g(dense(DType::bf16, 1, 64, 64, 2, 1, 128, opts(false)), rng);
+  try {
+    g.run();
+    ADD_FAILURE() << var << "=" << value << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::string(var) + ": " + expected), std::string::npos) << e.what();
+  }
+  HostTensor out = g.host.out;
+  g.out.download(out);
+  EXPECT_EQ(out.count_nan(), out.numel());  // nothing written: the poison stays
+  EXPECT_TRUE(out.margins_intact());
+#else
+  (void)var, (void)value, (void)expected;
+#endif
+}
+
 // TESSERA_CUDA_D64_WARPGROUPS forces two consumer warpgroups (128-row tiles; unmasked calls on the
 // masked instance) or three (192-row tiles; masked short calls on the three-warpgroup masked
 // instance) at head_dim 64. Both directions must still match the oracle, with partial tiles of
@@ -512,24 +537,7 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
       expect_written_within_rule(g.host);
     }
   }
-#if defined(TESSERA_HAS_SM90_KERNELS)
-  // The sm90 launcher reads the knob on every call it takes (the portable path never reads it).
-  if (!sm90_forward_runs()) return;
-  ScopedEnv bad("TESSERA_CUDA_D64_WARPGROUPS", "4");
-  GpuCase g(dense(bf16, 1, 64, 64, 2, 1, 128, opts(false)), rng);
-  try {
-    g.run();
-    ADD_FAILURE() << "TESSERA_CUDA_D64_WARPGROUPS=4 was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
-    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
-        << e.what();
-  }
-  HostTensor out = g.host.out;
-  g.out.download(out);
-  EXPECT_EQ(out.count_nan(), out.numel());  // nothing written: the poison stays
-  EXPECT_TRUE(out.margins_intact());
-#endif
+  expect_sm90_knob_refused("TESSERA_CUDA_D64_WARPGROUPS", "4", "expected 2, 3 or unset, got '4'");
 }
 
 // TESSERA_CUDA_D64_KEY_TILE forces the unmasked head_dim 64 calls on three consumer warpgroups
@@ -573,25 +581,7 @@ TEST(CudaForward, D64KeyTileKnobMatchesOracle) {
       expect_written_within_rule(g.host);
     }
   }
-#if defined(TESSERA_HAS_SM90_KERNELS)
-  // The sm90 launcher reads the knob on every call it takes (the portable path never reads it).
-  if (!sm90_forward_runs()) return;
-  ScopedEnv bad("TESSERA_CUDA_D64_KEY_TILE", "256");
-  GpuCase g(dense(bf16, 1, 64, 64, 2, 1, 128, opts(false)), rng);
-  try {
-    g.run();
-    ADD_FAILURE() << "TESSERA_CUDA_D64_KEY_TILE=256 was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
-    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_KEY_TILE: expected 128, 192 or unset, got '256'"),
-              std::string::npos)
-        << e.what();
-  }
-  HostTensor out = g.host.out;
-  g.out.download(out);
-  EXPECT_EQ(out.count_nan(), out.numel());  // nothing written: the poison stays
-  EXPECT_TRUE(out.margins_intact());
-#endif
+  expect_sm90_knob_refused("TESSERA_CUDA_D64_KEY_TILE", "256", "expected 128, 192 or unset, got '256'");
 }
 
 // ---------------------------------------------------------------------------------------------
