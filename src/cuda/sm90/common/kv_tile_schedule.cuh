@@ -37,7 +37,9 @@ __device__ __forceinline__ void end_softmax_block(const math::OnlineSoftmaxRow (
 //   weights(i)                  mask + online softmax of tile i's S (into weights, alpha)
 //   pin()                       keeps the softmax above the next wait (end_softmax_block), or nothing
 //   rescale()                   O *= alpha
-//   pack()                      P = the weights as the A fragments of P V
+//   pack()                      P = the weights as the A fragments of P V (or stored where P V
+//                               reads them: pack always runs after the warp's wait for the
+//                               previous P V, and the next take_turn orders it before the next)
 //   release_k(stage), release_v(stage)   give a ring stage back to the producer
 //   k_full(stage), pv_full(stage)        the barriers that say a K tile / a P V operand is ready
 template <class TakeTurn, class PassTurn, class IssueQK, class IssuePV, class Weights, class Pin, class Rescale,

@@ -4,7 +4,8 @@
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
 // with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64), each owning 64 query rows of
 // the 128-row (192-row) Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from
-// registers, V MN-major in smem; for fp8, V^T K-major, transposed by three producer warps). K
+// registers, or from each warpgroup's buffer in smem in the wide head_dim 64 instance, kPInSmem;
+// V MN-major in smem; for fp8, V^T K-major, transposed by three producer warps). K
 // and V tiles stream through a ring of kStages stages, each with a "full" mbarrier (TMA bytes
 // landed) and an "empty" one (every consumer warp done reading).
 //
@@ -147,7 +148,7 @@ struct FwdTraits {
   // empty for fp8), kStages each.
   static constexpr int kTileSlots = 2;  // tile indices the producer publishes ahead
   static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
-  // Past the Q buffers: the K/V (and V^T) ring, the barriers (Q pairs: an upper bound for
+  // Past the Q buffers: the K/V (and V^T) ring, the P buffers (kPInSmem), the barriers (Q pairs: an upper bound for
   // either Q layout, 2 x 2 or 1 x W pairs), the tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
   // kernel rounds it up).
   static constexpr int kRingBytes =

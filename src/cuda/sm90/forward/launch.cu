@@ -23,6 +23,7 @@
 #include "cuda/sm90/forward/fp8_v_transpose_plan.h"
 #include "math/ragged_tiles.h"
 #include "cuda/sm90/forward/kernel_traits.cuh"
+#include "cuda/sm90/forward/tile_choice.h"
 #include "math/online_softmax.h"
 #include "dispatch/path_override.h"
 #include "tessera/error.h"
@@ -158,23 +159,15 @@ bool run_forward(const AttentionParams& p) {
   const std::int64_t rows_k = ragged ? p.total_k : p.seq_k;
   const int seqs = ragged ? 1 : p.batch;
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
-  // 64 rows per consumer warpgroup; masked head_dim 64 over short sequences takes two.
   const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
-  // (TESSERA_CUDA_D64_WARPGROUPS, a measurement knob, forces two or three; two on an unmasked
-  // call runs the masked instance, whose tiles are then all unmasked but the tail.)
-  const int d64_warpgroups = dispatch::d64_warpgroups_override();  // read (and checked) on every call
-  const bool two_wg_d64 = !fp8 && p.head_dim == 64 &&
-                          (d64_warpgroups == 0 ? masked && mean_keys <= kTwoWarpgroupMaxKeysD64 : d64_warpgroups == 2);
-  // Short unmasked head_dim 128 takes the masked instance (see kShortUnmaskedMaxKeysD128).
-  const bool masked_instance =
-      masked || (!fp8 && p.head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128) || two_wg_d64;
-  const int block_m = two_wg_d64 ? 128 : block_m_for(p.head_dim, fp8);
-  // Long unmasked head_dim 64 calls take 192-key tiles (kShortUnmaskedMaxKeysD64;
-  // TESSERA_CUDA_D64_KEY_TILE, a measurement and test knob, forces 128 or 192 there).
-  const int d64_key_tile = dispatch::d64_key_tile_override();  // read (and checked) on every call
-  const bool wide_d64 = !fp8 && p.head_dim == 64 && !masked_instance &&
-                        (d64_key_tile == 0 ? mean_keys > kShortUnmaskedMaxKeysD64 : d64_key_tile == kWideKeyTileD64);
-  const int block_n = block_n_for(p.head_dim, masked_instance, fp8, wide_d64);
+  // The instance (tile_choice.h): tile rows, K/V tile keys, masked or not. The knobs
+  // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_D64_KEY_TILE) are read, and checked, on every call.
+  const FwdTileChoice tiles_of_call = forward_tile_choice(p.head_dim, fp8, masked, mean_keys,
+                                                          dispatch::d64_warpgroups_override(),
+                                                          dispatch::d64_key_tile_override());
+  const bool masked_instance = tiles_of_call.masked_instance;
+  const int block_m = tiles_of_call.block_m;
+  const int block_n = tiles_of_call.block_n;
   const std::uint32_t box_n = static_cast<std::uint32_t>(block_n);
   FwdArgs a;
   try {
