@@ -167,17 +167,19 @@ inline int parse_d64_warpgroups(const char* value) {
               std::string("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '") + value + "'");
 }
 
-// TESSERA_CUDA_D64_KEY_TILE (a measurement and test knob of the sm90 forward at head_dim 64, fp16 /
-// bf16, unmasked calls on three consumer warpgroups, src/cuda/sm90/forward/launch.cu): unset or
-// empty: 0 (the host rule: 192-key tiles with P through shared memory for calls of more than
-// kShortUnmaskedMaxKeysD64 keys on average, 128-key tiles otherwise); 128 or 192: that tile for
-// every such call. Anything else throws.
-inline int parse_d64_key_tile(const char* value) {
-  if (value == nullptr || *value == '\0') return 0;
-  if (std::strcmp(value, "128") == 0) return 128;
-  if (std::strcmp(value, "192") == 0) return 192;
-  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_D64_KEY_TILE",
-              std::string("TESSERA_CUDA_D64_KEY_TILE: expected 128, 192 or unset, got '") + value + "'");
+// TESSERA_CUDA_FORWARD_KEY_TILE (a measurement and test knob of the sm90 forward, fp16 / bf16,
+// unmasked calls at head_dim 64 on three consumer warpgroups and at head_dim 128; see
+// src/cuda/sm90/forward/tile_choice.h): unset or empty: the host rule (each head dim's short-key
+// tile up to 2048 keys on average, its long-key tile above); "short": the short-key tile (128
+// keys) for every such call; "long": the long-key tile (head_dim 64: 192 keys with P through
+// shared memory; 128: 176 keys). Other calls ignore it. Anything else throws.
+enum class ForwardKeyTile { automatic, short_keys, long_keys };
+inline ForwardKeyTile parse_forward_key_tile(const char* value) {
+  if (value == nullptr || *value == '\0') return ForwardKeyTile::automatic;
+  if (std::strcmp(value, "short") == 0) return ForwardKeyTile::short_keys;
+  if (std::strcmp(value, "long") == 0) return ForwardKeyTile::long_keys;
+  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FORWARD_KEY_TILE",
+              std::string("TESSERA_CUDA_FORWARD_KEY_TILE: expected 'short', 'long' or unset, got '") + value + "'");
 }
 
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
@@ -194,7 +196,9 @@ inline int backward_tail_pieces_override() {
   return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));
 }
 inline int d64_warpgroups_override() { return parse_d64_warpgroups(std::getenv("TESSERA_CUDA_D64_WARPGROUPS")); }
-inline int d64_key_tile_override() { return parse_d64_key_tile(std::getenv("TESSERA_CUDA_D64_KEY_TILE")); }
+inline ForwardKeyTile forward_key_tile_override() {
+  return parse_forward_key_tile(std::getenv("TESSERA_CUDA_FORWARD_KEY_TILE"));
+}
 inline bool batch_decode_claims_override() {
   return parse_batch_decode_claims(std::getenv("TESSERA_CUDA_BATCH_DECODE_CLAIMS"));
 }

@@ -9,6 +9,8 @@ namespace {
 
 using cuda::sm90::forward_tile_choice;
 using cuda::sm90::FwdTileChoice;
+constexpr dispatch::ForwardKeyTile kRule = dispatch::ForwardKeyTile::automatic, kShort = dispatch::ForwardKeyTile::short_keys,
+                                   kLong = dispatch::ForwardKeyTile::long_keys;
 
 struct Want {
   bool masked_instance;
@@ -36,21 +38,26 @@ TEST(Sm90ForwardTileChoice, HeadDim64) {
   expect_choice(forward_tile_choice(64, false, true, 16384), {true, 192, 128}, "masked, 16k keys");
 }
 
-TEST(Sm90ForwardTileChoice, HeadDim64Knobs) {
-  // TESSERA_CUDA_D64_KEY_TILE: either tile on unmasked three-warpgroup calls, at any length.
-  expect_choice(forward_tile_choice(64, false, false, 1024, 0, 192), {false, 192, 192}, "192 forced at 1k");
-  expect_choice(forward_tile_choice(64, false, false, 16384, 0, 128), {false, 192, 128}, "128 forced at 16k");
-  expect_choice(forward_tile_choice(64, false, false, 0, 0, 192), {false, 192, 192}, "192 forced, no keys");
-  // ... and nowhere else: masked calls, two warpgroups (the masked instance), other head dims, FP8.
-  expect_choice(forward_tile_choice(64, false, true, 16384, 0, 192), {true, 192, 128}, "masked, 192 forced");
-  expect_choice(forward_tile_choice(64, false, true, 1000, 0, 192), {true, 128, 128}, "masked short, 192 forced");
-  expect_choice(forward_tile_choice(64, false, false, 16384, 2, 192), {true, 128, 128}, "two warpgroups, 192 forced");
-  expect_choice(forward_tile_choice(64, false, false, 16384, 2, 0), {true, 128, 128}, "two warpgroups, the rule");
-  expect_choice(forward_tile_choice(64, false, false, 16384, 3, 0), {false, 192, 192}, "three warpgroups, the rule");
-  expect_choice(forward_tile_choice(64, false, true, 1000, 3, 0), {true, 192, 128}, "three forced, masked short");
-  expect_choice(forward_tile_choice(128, false, false, 16384, 0, 192), {false, 128, 176}, "head_dim 128, 192 forced");
-  expect_choice(forward_tile_choice(256, false, false, 16384, 2, 192), {false, 128, 80}, "head_dim 256, both forced");
-  expect_choice(forward_tile_choice(128, true, false, 16384, 2, 192), {false, 192, 128}, "fp8 d128, both forced");
+TEST(Sm90ForwardTileChoice, Knobs) {
+  // TESSERA_CUDA_FORWARD_KEY_TILE: either tile on unmasked head_dim 64 three-warpgroup calls and
+  // head_dim 128 calls, at any length.
+  expect_choice(forward_tile_choice(64, false, false, 1024, 0, kLong), {false, 192, 192}, "d64 long forced at 1k");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 0, kShort), {false, 192, 128}, "d64 short forced at 16k");
+  expect_choice(forward_tile_choice(64, false, false, 0, 0, kLong), {false, 192, 192}, "d64 long forced, no keys");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 0, kRule), {false, 192, 192}, "d64 the rule");
+  expect_choice(forward_tile_choice(128, false, false, 1024, 0, kLong), {false, 128, 176}, "d128 long forced at 1k");
+  expect_choice(forward_tile_choice(128, false, false, 16384, 0, kShort), {true, 128, 128}, "d128 short forced at 16k");
+  // ... and nowhere else: masked calls, two warpgroups (the masked instance), head_dim 256, FP8.
+  expect_choice(forward_tile_choice(64, false, true, 16384, 0, kLong), {true, 192, 128}, "masked, long forced");
+  expect_choice(forward_tile_choice(64, false, true, 1000, 0, kLong), {true, 128, 128}, "masked short, long forced");
+  expect_choice(forward_tile_choice(128, false, true, 16384, 0, kLong), {true, 128, 128}, "d128 masked, long forced");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 2, kLong), {true, 128, 128}, "two warpgroups, long forced");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 2), {true, 128, 128}, "two warpgroups, the rule");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 3), {false, 192, 192}, "three warpgroups, the rule");
+  expect_choice(forward_tile_choice(64, false, true, 1000, 3), {true, 192, 128}, "three forced, masked short");
+  expect_choice(forward_tile_choice(256, false, false, 16384, 2, kShort), {false, 128, 80}, "d256, both forced");
+  expect_choice(forward_tile_choice(128, true, false, 16384, 2, kShort), {false, 192, 128}, "fp8 d128, both forced");
+  expect_choice(forward_tile_choice(256, true, true, 1024, 0, kLong), {true, 128, 128}, "fp8 d256 masked, long forced");
 }
 
 TEST(Sm90ForwardTileChoice, OtherHeadDims) {

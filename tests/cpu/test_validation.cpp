@@ -654,18 +654,18 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
     EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
         << e.what();
   }
-  // K tile of the sm90 forward's unmasked head_dim 64 calls: the host rule (unset), 128, 192.
-  EXPECT_EQ(dispatch::parse_d64_key_tile(nullptr), 0);
-  EXPECT_EQ(dispatch::parse_d64_key_tile(""), 0);
-  EXPECT_EQ(dispatch::parse_d64_key_tile("128"), 128);
-  EXPECT_EQ(dispatch::parse_d64_key_tile("192"), 192);
-  expect_rejected("TESSERA_CUDA_D64_KEY_TILE", dispatch::parse_d64_key_tile,
-                  {"0", "64", "176", "256", "128 ", " 192", "+128", "wide", "1920"});
+  // K tile of the sm90 forward's unmasked head_dim 64 / 128 calls: the host rule (unset), short, long.
+  EXPECT_EQ(dispatch::parse_forward_key_tile(nullptr), dispatch::ForwardKeyTile::automatic);
+  EXPECT_EQ(dispatch::parse_forward_key_tile(""), dispatch::ForwardKeyTile::automatic);
+  EXPECT_EQ(dispatch::parse_forward_key_tile("short"), dispatch::ForwardKeyTile::short_keys);
+  EXPECT_EQ(dispatch::parse_forward_key_tile("long"), dispatch::ForwardKeyTile::long_keys);
+  expect_rejected("TESSERA_CUDA_FORWARD_KEY_TILE", dispatch::parse_forward_key_tile,
+                  {"128", "192", "Short", "LONG", "short ", " long", "wide", "auto", "0"});
   try {
-    dispatch::parse_d64_key_tile("256");
-    ADD_FAILURE() << "TESSERA_CUDA_D64_KEY_TILE=256 accepted";
+    dispatch::parse_forward_key_tile("192");
+    ADD_FAILURE() << "TESSERA_CUDA_FORWARD_KEY_TILE=192 accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_KEY_TILE: expected 128, 192 or unset, got '256'"),
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_FORWARD_KEY_TILE: expected 'short', 'long' or unset, got '192'"),
               std::string::npos)
         << e.what();
   }

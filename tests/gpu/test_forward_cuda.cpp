@@ -540,13 +540,14 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
   expect_sm90_knob_refused("TESSERA_CUDA_D64_WARPGROUPS", "4", "expected 2, 3 or unset, got '4'");
 }
 
-// TESSERA_CUDA_D64_KEY_TILE forces the unmasked head_dim 64 calls on three consumer warpgroups
-// onto 128-key tiles (P from registers) or 192-key tiles (P through shared memory, the instance
-// the rule gives calls of more than 2048 keys on average). Both must match the oracle on short
-// and odd shapes too: one key, one query, keys a tile and a few past, no keys, GQA, softcap,
-// ragged with empty sequences, more tiles than SMs, and with the split tail forced. Masked calls
-// ignore it. A value other than 128 / 192 is refused before anything is written.
-TEST(CudaForward, D64KeyTileKnobMatchesOracle) {
+// TESSERA_CUDA_FORWARD_KEY_TILE forces the short-key or the long-key tile on unmasked head_dim 64
+// calls on three consumer warpgroups (128 keys, P from registers / 192 keys, P through shared
+// memory, the instance the rule gives calls of more than 2048 keys on average) and on head_dim 128
+// calls (the masked instance's 128 keys / 176 keys). Both must match the oracle on short and odd
+// shapes too: one key, one query, keys a tile and a few past, no keys, GQA, softcap, ragged with
+// empty sequences, more tiles than SMs, and with the split tail forced. Masked calls ignore it. A
+// value other than short / long is refused before anything is written.
+TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
 #if defined(TESSERA_HAS_SM90_KERNELS)
   // (Only the sm90 launcher reads the knob: elsewhere these cases would test nothing new.)
   if (!sm90_forward_runs()) GTEST_SKIP() << "the key-tile knob belongs to the sm90 kernels";
@@ -563,10 +564,13 @@ TEST(CudaForward, D64KeyTileKnobMatchesOracle) {
       dense(f16, 1, 130, 1000, 2, 1, 64, opts(true)),                // causal: the knob does not apply
       ragged(f16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(false)),
       ragged(bf16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(false), 8),  // empty seq, empty KV
+      dense(bf16, 1, 129, 177, 4, 2, 128, opts(false, -1, -1, 3.0f)),  // d128: one key past a 176-key tile
+      dense(f16, 2, 300, 2300, 2, 1, 128, opts(false)),                // d128 past the rule's switch
+      ragged(f16, {150, 0, 300}, {2500, 0, 129}, 4, 2, 128, opts(false)),  // d128 ragged
   };
   auto rng = fresh_rng();
-  for (const char* knob : {"192", "128"}) {
-    ScopedEnv key_tile("TESSERA_CUDA_D64_KEY_TILE", knob);
+  for (const char* knob : {"long", "short"}) {
+    ScopedEnv key_tile("TESSERA_CUDA_FORWARD_KEY_TILE", knob);
     for (const CaseSpec& spec : cases) {
       SCOPED_TRACE(spec.name() + " key tile " + knob);
       GpuCase g(spec, rng);
@@ -593,7 +597,7 @@ TEST(CudaForward, D64KeyTileKnobMatchesOracle) {
       expect_written_within_rule(g.host);
     }
   }
-  expect_sm90_knob_refused("TESSERA_CUDA_D64_KEY_TILE", "256", "expected 128, 192 or unset, got '256'");
+  expect_sm90_knob_refused("TESSERA_CUDA_FORWARD_KEY_TILE", "192", "expected 'short', 'long' or unset, got '192'");
 #else
   GTEST_SKIP() << "this build has no sm90 kernels";
 #endif

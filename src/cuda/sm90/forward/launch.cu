@@ -161,10 +161,10 @@ bool run_forward(const AttentionParams& p) {
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
   const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
   // The instance (tile_choice.h): tile rows, K/V tile keys, masked or not. The knobs
-  // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_D64_KEY_TILE) are read, and checked, on every call.
+  // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_FORWARD_KEY_TILE) are read, and checked, on every call.
   const FwdTileChoice tiles_of_call = forward_tile_choice(p.head_dim, fp8, masked, mean_keys,
                                                           dispatch::d64_warpgroups_override(),
-                                                          dispatch::d64_key_tile_override());
+                                                          dispatch::forward_key_tile_override());
   const bool masked_instance = tiles_of_call.masked_instance;
   const int block_m = tiles_of_call.block_m;
   const int block_n = tiles_of_call.block_n;

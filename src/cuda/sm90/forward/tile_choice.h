@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cuda/sm90/forward/kernel_traits.cuh"
+#include "dispatch/path_override.h"
 
 namespace tessera::cuda::sm90 {
 
@@ -14,24 +15,28 @@ struct FwdTileChoice {
 };
 
 // head_dim, fp8, masked: the call's; mean_keys: keys per sequence (ragged: total_k / batch);
-// d64_warpgroups (TESSERA_CUDA_D64_WARPGROUPS) and d64_key_tile (TESSERA_CUDA_D64_KEY_TILE): the
-// knobs, 0 for the rule.
+// d64_warpgroups (TESSERA_CUDA_D64_WARPGROUPS, 0 for the rule) and key_tile
+// (TESSERA_CUDA_FORWARD_KEY_TILE): the knobs.
 //  - masked head_dim 64 over short sequences: two consumer warpgroups (kTwoWarpgroupMaxKeysD64);
 //    the warpgroup knob forces two (unmasked calls then run the masked instance) or three;
-//  - short unmasked head_dim 128: the masked instance (kShortUnmaskedMaxKeysD128);
-//  - long unmasked fp16 / bf16 head_dim 64 on three warpgroups: 192-key tiles
-//    (kShortUnmaskedMaxKeysD64); the key-tile knob forces 128 or 192 there and nowhere else.
-constexpr FwdTileChoice forward_tile_choice(int head_dim, bool fp8, bool masked, long long mean_keys,
-                                            int d64_warpgroups = 0, int d64_key_tile = 0) {
-  const bool d64 = !fp8 && head_dim == 64;
+//  - unmasked fp16 / bf16 head_dim 128: up to kShortUnmaskedMaxKeysD128 keys the masked instance
+//    (128-key tiles), above it 176-key tiles;
+//  - unmasked fp16 / bf16 head_dim 64 on three warpgroups: 128-key tiles up to
+//    kShortUnmaskedMaxKeysD64, 192-key tiles (P through shared memory) above;
+//  the key-tile knob forces the short or the long choice of those two, and nothing else.
+inline FwdTileChoice forward_tile_choice(int head_dim, bool fp8, bool masked, long long mean_keys, int d64_warpgroups = 0,
+                                         dispatch::ForwardKeyTile key_tile = dispatch::ForwardKeyTile::automatic) {
+  const bool d64 = !fp8 && head_dim == 64, d128 = !fp8 && head_dim == 128;
   const bool two_wg_d64 =
       d64 && (d64_warpgroups == 0 ? masked && mean_keys <= kTwoWarpgroupMaxKeysD64 : d64_warpgroups == 2);
+  // An unmasked call that takes its head dim's long-key tile.
+  const long long short_max = d64 ? kShortUnmaskedMaxKeysD64 : kShortUnmaskedMaxKeysD128;
+  const bool long_keys = key_tile == dispatch::ForwardKeyTile::automatic ? mean_keys > short_max
+                                                                          : key_tile == dispatch::ForwardKeyTile::long_keys;
   FwdTileChoice c;
-  c.masked_instance = masked || (!fp8 && head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128) || two_wg_d64;
+  c.masked_instance = masked || (d128 && !long_keys) || two_wg_d64;
   c.block_m = two_wg_d64 ? 128 : block_m_for(head_dim, fp8);
-  const bool wide = d64 && !c.masked_instance &&
-                    (d64_key_tile == 0 ? mean_keys > kShortUnmaskedMaxKeysD64 : d64_key_tile == kWideKeyTileD64);
-  c.block_n = block_n_for(head_dim, c.masked_instance, fp8, wide);
+  c.block_n = block_n_for(head_dim, c.masked_instance, fp8, d64 && !c.masked_instance && long_keys);
   return c;
 }
 
