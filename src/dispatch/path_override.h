@@ -108,8 +108,7 @@ inline int parse_backward_tail_pieces(const char* value) {
 // TESSERA_CUDA_FORWARD_SPLIT_TAIL (a measurement and test knob of the sm90 forward's split tail,
 // src/cuda/sm90/forward/split_tail_plan.h): unset or empty: tiles -1 (the host rule decides); 0:
 // never; "n": the last n tiles, n in [1, 2^20], of any dense unmasked launch in two parts;
-// "n:k": in k parts, k in [2, 8] (masked and ragged launches never split, nor 16-bit head_dim 128
-// launches of at most 2048 keys, which take the masked instance). Anything else
+// "n:k": in k parts, k in [2, 8] (masked and ragged launches never split). Anything else
 // throws.
 struct ForwardSplitTail {
   int tiles = -1;
@@ -157,8 +156,8 @@ inline Fp8VTranspose parse_fp8_v_transpose(const char* value) {
 // TESSERA_CUDA_D64_WARPGROUPS (a measurement knob of the sm90 forward at head_dim 64, fp16 / bf16,
 // src/cuda/sm90/forward/launch.cu): unset or empty: 0 (the host rule: two consumer warpgroups,
 // 128-row tiles, for masked calls of at most kTwoWarpgroupMaxKeysD64 keys on average, three,
-// 192-row tiles, otherwise); 2: two for every call (unmasked ones on the masked instance, as short
-// unmasked head_dim 128 calls run); 3: three for every call. Anything else throws.
+// 192-row tiles, otherwise); 2: two for every call (unmasked ones on the masked instance, whose
+// tiles are then all unmasked but the tail); 3: three for every call. Anything else throws.
 inline int parse_d64_warpgroups(const char* value) {
   if (value == nullptr || *value == '\0') return 0;
   if (std::strcmp(value, "2") == 0) return 2;
@@ -171,8 +170,9 @@ inline int parse_d64_warpgroups(const char* value) {
 // unmasked calls at head_dim 64 on three consumer warpgroups and at head_dim 128; see
 // src/cuda/sm90/forward/tile_choice.h): unset or empty: the host rule (each head dim's short-key
 // tile up to 2048 keys on average, its long-key tile above); "short": the short-key tile (128
-// keys) for every such call; "long": the long-key tile (head_dim 64: 192 keys with P through
-// shared memory; 128: 176 keys). Other calls ignore it. Anything else throws.
+// keys; head_dim 128: with two Q buffers) for every such call; "long": the long-key tile
+// (head_dim 64: 192 keys with P through shared memory; 128: 176 keys). Other calls ignore it.
+// Anything else throws.
 enum class ForwardKeyTile { automatic, short_keys, long_keys };
 inline ForwardKeyTile parse_forward_key_tile(const char* value) {
   if (value == nullptr || *value == '\0') return ForwardKeyTile::automatic;

@@ -46,7 +46,7 @@ TEST(Sm90ForwardTileChoice, Knobs) {
   expect_choice(forward_tile_choice(64, false, false, 0, 0, kLong), {false, 192, 192}, "d64 long forced, no keys");
   expect_choice(forward_tile_choice(64, false, false, 16384, 0, kRule), {false, 192, 192}, "d64 the rule");
   expect_choice(forward_tile_choice(128, false, false, 1024, 0, kLong), {false, 128, 176}, "d128 long forced at 1k");
-  expect_choice(forward_tile_choice(128, false, false, 16384, 0, kShort), {true, 128, 128}, "d128 short forced at 16k");
+  expect_choice(forward_tile_choice(128, false, false, 16384, 0, kShort), {false, 128, 128}, "d128 short forced at 16k");
   // ... and nowhere else: masked calls, two warpgroups (the masked instance), head_dim 256, FP8.
   expect_choice(forward_tile_choice(64, false, true, 16384, 0, kLong), {true, 192, 128}, "masked, long forced");
   expect_choice(forward_tile_choice(64, false, true, 1000, 0, kLong), {true, 128, 128}, "masked short, long forced");
@@ -61,8 +61,9 @@ TEST(Sm90ForwardTileChoice, Knobs) {
 }
 
 TEST(Sm90ForwardTileChoice, OtherHeadDims) {
-  // Unmasked head_dim 128: the masked instance (128-key tiles) up to 2048 keys, 176-key tiles above.
-  expect_choice(forward_tile_choice(128, false, false, 2048), {true, 128, 128}, "d128, 2048 keys");
+  // Unmasked head_dim 128: its own 128-key instance up to 2048 keys, 176-key tiles above.
+  expect_choice(forward_tile_choice(128, false, false, 1), {false, 128, 128}, "d128, one key");
+  expect_choice(forward_tile_choice(128, false, false, 2048), {false, 128, 128}, "d128, 2048 keys");
   expect_choice(forward_tile_choice(128, false, false, 2049), {false, 128, 176}, "d128, 2049 keys");
   expect_choice(forward_tile_choice(128, false, true, 16384), {true, 128, 128}, "d128 masked");
   expect_choice(forward_tile_choice(256, false, false, 1024), {false, 128, 80}, "d256");

@@ -138,8 +138,8 @@ std::vector<CaseSpec> grid() {
       // three (192-row tiles) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 64, opts(true)),
       dense(f16, 1, 200, 2049, 2, 1, 64, opts(true)),
-      // Unmasked head_dim 128: the masked instance (128-key tiles) up to 2048 keys on average,
-      // the unmasked one (176-key tiles) above: both sides of the switch, with partial tiles.
+      // Unmasked head_dim 128: 128-key tiles (two Q buffers) up to 2048 keys on average, 176-key
+      // tiles (one Q buffer) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 128, opts(false)),
       dense(f16, 1, 200, 2049, 2, 1, 128, opts(false)),
       // Unmasked head_dim 64: 128-key tiles up to 2048 keys on average, 192-key tiles (P through
@@ -455,7 +455,9 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
   const DType f16 = DType::f16, bf16 = DType::bf16;
   const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, 64, -1);
   const SplitCase cases[] = {
-      {dense(bf16, 2, 129, 2100, 4, 2, 128, opts(false)), "5:3", 5, 3},  // d128 (past the short-key instance)
+      {dense(bf16, 2, 129, 2100, 4, 2, 128, opts(false)), "5:3", 5, 3},  // d128 x 176 keys
+      {dense(f16, 2, 129, 1000, 4, 2, 128, opts(false)), "5:3", 5, 3},   // d128 x 128 keys (short)
+      {dense(bf16, 1, 130, 200, 2, 2, 128, opts(false, -1, -1, 3.0f)), "4:3", 4, 3},  // short, softcap: an empty part
       {dense(f16, 2, 200, 300, 4, 1, 64, opts(false)), "16:5", 16, 5},   // d64: 3 K/V tiles in 5 parts
       {dense(f16, 1, 200, 2300, 2, 1, 128, opts(false), 16), "3:2", 3, 2},  // fp16 d128, padded strides
       {dense(f16, 1, 130, 500, 2, 2, 256, opts(false), 16), "4:3", 4, 3},   // fp16 d256, padded strides
@@ -543,7 +545,7 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
 // TESSERA_CUDA_FORWARD_KEY_TILE forces the short-key or the long-key tile on unmasked head_dim 64
 // calls on three consumer warpgroups (128 keys, P from registers / 192 keys, P through shared
 // memory, the instance the rule gives calls of more than 2048 keys on average) and on head_dim 128
-// calls (the masked instance's 128 keys / 176 keys). Both must match the oracle on short and odd
+// calls (128 keys with two Q buffers / 176 keys with one). Both must match the oracle on short and odd
 // shapes too: one key, one query, keys a tile and a few past, no keys, GQA, softcap, ragged with
 // empty sequences, more tiles than SMs, and with the split tail forced. Masked calls ignore it. A
 // value other than short / long is refused before anything is written.

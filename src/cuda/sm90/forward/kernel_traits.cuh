@@ -54,11 +54,13 @@ constexpr int kQBoxRows = 64;
 // at 4k three win (0.734 vs 0.777 ms), and at 16k (2.46 vs 2.73).
 constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
 
-// Unmasked head_dim 128 problems whose sequences average at most this many keys run on the
-// masked instance (128-key tiles, two Q buffers, the dynamic walk) instead of the unmasked one
-// (176-key tiles, one Q buffer): 1024 keys are 8 whole 128-key tiles but 5.8 176-key ones, and
-// with few K/V tiles per Q tile the exposed Q load and epilogue weigh more. Measured on the
-// H200 (bf16, 16k tokens, A/B): 1k -7 % time; at 16k the 176-key instance stays faster.
+// Unmasked head_dim 128 problems whose sequences average at most this many keys run on 128-key
+// tiles with two Q buffers instead of 176-key tiles with one: 1024 keys are 8 whole 128-key
+// tiles but 5.8 176-key ones, and with few K/V tiles per Q tile the exposed Q load and epilogue
+// weigh more. Measured on the H200 (bf16, 16k tokens, A/B, sixth session) with the masked
+// instance as the short one: 1k -7 % time; at 16k the 176-key instance stays faster. Now an
+// unmasked 128-key instance of their own: no mask code, the static walk, and the split tail
+// where its rule pays (from about 4k keys). Not yet measured against the masked instance.
 constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 
 // Unmasked 16-bit head_dim 64 problems whose sequences average more than this many keys run on
@@ -71,13 +73,17 @@ constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 constexpr long long kShortUnmaskedMaxKeysD64 = 2048;
 constexpr int kWideKeyTileD64 = 192;
 
-// K tile width per head dim and mask: the instances that exist (launch.cu picks one; wide:
-// head_dim 64's 192-key tiles, see kShortUnmaskedMaxKeysD64). FP8 (1-byte elements) uses 128
-// keys: one 128-byte swizzled row of the transposed V tile.
-constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool wide = false) {
+// K tile width of the instances that exist, per head dim and mask (launch.cu picks one via
+// tile_choice.h). long_keys: an unmasked call past its head dim's short-key threshold
+// (kShortUnmaskedMaxKeysD64 / D128), which takes the wider tile: head_dim 64 192 keys (P through
+// shared memory), 128 176 keys; short unmasked calls and masked ones 128 keys (head_dim 256: 80
+// unmasked, 64 masked, at any length). FP8 (1-byte elements) uses 128 keys: one 128-byte swizzled
+// row of the transposed V tile.
+constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool long_keys = false) {
   if (fp8) return 128;
-  if (head_dim == 64) return wide && !masked ? kWideKeyTileD64 : 128;
-  return head_dim == 128 ? (masked ? 128 : 176) : (masked ? 64 : 80);
+  if (head_dim == 256) return masked ? 64 : 80;
+  if (masked || !long_keys) return 128;
+  return head_dim == 64 ? kWideKeyTileD64 : 176;
 }
 
 // kWarpgroups_: consumer warpgroups; 0 takes consumer_warpgroups_for (the only other instance

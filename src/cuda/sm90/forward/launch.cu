@@ -38,8 +38,8 @@ bool fail(std::string* why, const std::string& what) {
 
 template <int D>
 int smem_bytes_max() {
-  const int a = FwdTraits<D, block_n_for(D, false)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, true)>::kSmemBytes;
-  // head_dim 64: the wide instance's too (kShortUnmaskedMaxKeysD64)
+  // the masked instance and the unmasked ones for short and long calls (block_n_for)
+  const int a = FwdTraits<D, block_n_for(D, true)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, false)>::kSmemBytes;
   const int c = FwdTraits<D, block_n_for(D, false, false, true)>::kSmemBytes;
   return std::max(a, std::max(b, c));
 }
@@ -77,15 +77,19 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
   return make_tensor_map_tiled(type, ragged ? 3 : 4, base, dims, strides, box);
 }
 
+// block_n: the call's K tile (tile_choice.h), which picks the unmasked instance of short or long
+// calls (the same one at head_dim 256).
 template <typename T, int D>
 void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n) {
-  if constexpr (D == 64) {
-    if (masked && a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
-    if (!masked && block_n == kWideKeyTileD64)
-      return launch_forward<T, 64, block_n_for(64, false, false, true), false>(a, num_sms, p.stream);
+  if (masked) {
+    if constexpr (D == 64) {
+      if (a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
+    }
+    return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
   }
-  if (masked) return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
-  return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);
+  constexpr int kShortTile = block_n_for(D, false), kLongTile = block_n_for(D, false, false, true);
+  if (block_n == kLongTile) return launch_forward<T, D, kLongTile, false>(a, num_sms, p.stream);
+  return launch_forward<T, D, kShortTile, false>(a, num_sms, p.stream);
 }
 
 // FP8: head_dim 128 and 256, K tiles of 128 keys; at 256, launches with V^T from the pass take

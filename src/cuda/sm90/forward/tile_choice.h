@@ -19,8 +19,8 @@ struct FwdTileChoice {
 // (TESSERA_CUDA_FORWARD_KEY_TILE): the knobs.
 //  - masked head_dim 64 over short sequences: two consumer warpgroups (kTwoWarpgroupMaxKeysD64);
 //    the warpgroup knob forces two (unmasked calls then run the masked instance) or three;
-//  - unmasked fp16 / bf16 head_dim 128: up to kShortUnmaskedMaxKeysD128 keys the masked instance
-//    (128-key tiles), above it 176-key tiles;
+//  - unmasked fp16 / bf16 head_dim 128: 128-key tiles (two Q buffers) up to
+//    kShortUnmaskedMaxKeysD128 keys, 176-key tiles (one Q buffer) above;
 //  - unmasked fp16 / bf16 head_dim 64 on three warpgroups: 128-key tiles up to
 //    kShortUnmaskedMaxKeysD64, 192-key tiles (P through shared memory) above;
 //  the key-tile knob forces the short or the long choice of those two, and nothing else.
@@ -34,9 +34,9 @@ inline FwdTileChoice forward_tile_choice(int head_dim, bool fp8, bool masked, lo
   const bool long_keys = key_tile == dispatch::ForwardKeyTile::automatic ? mean_keys > short_max
                                                                           : key_tile == dispatch::ForwardKeyTile::long_keys;
   FwdTileChoice c;
-  c.masked_instance = masked || (d128 && !long_keys) || two_wg_d64;
+  c.masked_instance = masked || two_wg_d64;
   c.block_m = two_wg_d64 ? 128 : block_m_for(head_dim, fp8);
-  c.block_n = block_n_for(head_dim, c.masked_instance, fp8, d64 && !c.masked_instance && long_keys);
+  c.block_n = block_n_for(head_dim, c.masked_instance, fp8, (d64 || d128) && long_keys);
   return c;
 }
 
