@@ -562,6 +562,7 @@ TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
       dense(bf16, 1, 113, 193, 4, 4, 64, opts(false)),               // one key past a 192-key tile
       dense(f16, 1, 1023, 383, 2, 1, 64, opts(false)),               // one key short of two tiles
       dense(bf16, 1, 40, 0, 2, 1, 64, opts(false)),                  // no keys: O = 0, LSE = -inf
+      dense(f16, 1, 40, 0, 2, 1, 128, opts(false)),                  // d128, no keys
       dense(bf16, 12, 300, 700, 8, 2, 64, opts(false)),              // 192 tiles: more than the SMs
       dense(f16, 1, 130, 1000, 2, 1, 64, opts(true)),                // causal: the knob does not apply
       ragged(f16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(false)),

@@ -60,7 +60,9 @@ constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
 // weigh more. Measured on the H200 (bf16, 16k tokens, A/B, sixth session) with the masked
 // instance as the short one: 1k -7 % time; at 16k the 176-key instance stays faster. Now an
 // unmasked 128-key instance of their own: no mask code, the static walk, and the split tail
-// where its rule pays (from about 4k keys). Not yet measured against the masked instance.
+// where its rule pays (split_tail_plan.h: never up to 1280 keys; from 1536 keys when at most
+// about half a round is left, so such calls' bits can now depend on the launch's tile count, as
+// every longer unmasked call's can). Not yet measured against the masked instance.
 constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 
 // Unmasked 16-bit head_dim 64 problems whose sequences average more than this many keys run on
