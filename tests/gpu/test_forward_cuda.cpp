@@ -138,6 +138,13 @@ std::vector<CaseSpec> grid() {
       // three (192-row tiles) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 64, opts(true)),
       dense(f16, 1, 200, 2049, 2, 1, 64, opts(true)),
+      // Causal head_dim 128 (no window): 128-key tiles up to 2048 keys on average, 176-key tiles
+      // above (seq_q < seq_k, ragged too); windows keep 128 at any length.
+      dense(bf16, 1, 130, 2048, 2, 1, 128, opts(true)),
+      dense(f16, 1, 200, 2049, 2, 1, 128, opts(true)),
+      dense(bf16, 1, 300, 3000, 4, 2, 128, opts(true, -1, -1, 4.0f)),
+      ragged(bf16, {100, 0, 700}, {2500, 40, 3000}, 4, 2, 128, opts(true)),
+      dense(f16, 1, 500, 3000, 2, 1, 128, opts(true, 200, -1)),
       // Unmasked head_dim 128: 128-key tiles (two Q buffers) up to 2048 keys on average, 176-key
       // tiles (one Q buffer) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 128, opts(false)),
@@ -569,6 +576,8 @@ TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
       ragged(bf16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(false), 8),  // empty seq, empty KV
       dense(bf16, 1, 129, 177, 4, 2, 128, opts(false, -1, -1, 3.0f)),  // d128: one key past a 176-key tile
       dense(f16, 2, 300, 2300, 2, 1, 128, opts(false)),                // d128 past the rule's switch
+      dense(bf16, 2, 400, 1000, 4, 2, 128, opts(true)),                // d128 causal: 128 / 176 keys
+      dense(f16, 1, 177, 2500, 2, 1, 128, opts(true, -1, -1, 2.0f)),   // d128 causal, softcap, 176-key tiles by the rule
       ragged(f16, {150, 0, 300}, {2500, 0, 129}, 4, 2, 128, opts(false)),  // d128 ragged
   };
   auto rng = fresh_rng();

@@ -234,10 +234,10 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 // warps, bf16 output). kVtOnly: an FP8 instance for vt_global launches only (kernel_traits.cuh).
 template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false>
 __global__ void __launch_bounds__(
-    FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly>::kThreads, 1)
+    FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly, kMasked>::kThreads, 1)
     forward_kernel(const __grid_constant__ FwdArgs a) {
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
-  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs, kVtOnly>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs, kVtOnly, kMasked>;
   // V^T from the workspace: always in a V^T-only instance (the host launches it only then). Read
   // where used (a value kept from here changed the other instances' SASS).
   auto vt_global = [&] { return kVtOnly || (kFp8 && a.vt_global); };

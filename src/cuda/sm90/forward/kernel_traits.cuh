@@ -15,8 +15,8 @@
 //   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 2 x 24 KB + 4 x (16 + 16) KB = 176 KB;
 //                 unmasked over long sequences 192 x 192 (kPInSmem), 2 stages and P of each warpgroup:
 //                 Q 2 x 24 + 2 x (24 + 24) + 3 x 24 = 216 KB
-//   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB;
-//                 masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
+//   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB (masked too, for long
+//                 causal calls); short unmasked and masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
 //   fp8 d128: 192 x 128 tiles (3 consumer warpgroups), 3 stages of K, V and V^T: Q 2 x 24 + 3 x 48 = 192 KB
 //   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: Q 32 + 2 x 96 = 224 KB;
@@ -65,6 +65,16 @@ constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
 // every longer unmasked call's can). Not yet measured against the masked instance.
 constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 
+// Causal head_dim 128 problems (no window) whose sequences average more than this many keys run
+// on 176-key tiles as unmasked ones do (kernel_traits' long-key tile), not 128: the eleventh
+// session counted 4.06 instructions per key at 128 against 3.58 at 176, and step 3 of the ladder
+// (forward_sm90.md) gave the unmasked kernel +5 % for it. The diagonal costs little more: a
+// 128-row query tile computes on average 88 + 64 keys past its visible triangle instead of 64 + 64
+// (0.3 % of the keys at 16k). Shorter ones keep 128-key tiles and the dynamic walk (its limit is
+// the same 2048 keys, launch_template.cuh); windows keep 128 (a narrow band wastes more of a
+// wider tile). Not yet measured.
+constexpr long long kShortCausalMaxKeysD128 = 2048;
+
 // Unmasked 16-bit head_dim 64 problems whose sequences average more than this many keys run on
 // 192-key tiles with P through shared memory (kWideKeyTileD64, FwdTraits::kPInSmem) instead of
 // 128-key tiles with P from registers: each tile's fixed costs (the turn, two waits, the row
@@ -84,8 +94,9 @@ constexpr int kWideKeyTileD64 = 192;
 constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool long_keys = false) {
   if (fp8) return 128;
   if (head_dim == 256) return masked ? 64 : 80;
-  if (masked || !long_keys) return 128;
-  return head_dim == 64 ? kWideKeyTileD64 : 176;
+  if (!long_keys) return 128;
+  if (head_dim == 128) return 176;  // masked too: long causal calls (kShortCausalMaxKeysD128)
+  return masked ? 128 : kWideKeyTileD64;
 }
 
 // kWarpgroups_: consumer warpgroups; 0 takes consumer_warpgroups_for (the only other instance
@@ -94,7 +105,8 @@ constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool long
 // (FwdArgs::vt_global): no V stages and no transposing warps, so the producer warpgroup runs on
 // 24 registers and, at head_dim 256, the consumers on 240, enough for O (128), S (64) and P (16)
 // at once: the overlapped schedule instead of the serial one (see kSerialGemms).
-template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0, bool kVtOnly_ = false>
+// kMasked_: the instance's (only the masked head_dim 128 x 176 one differs, in its register split).
+template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0, bool kVtOnly_ = false, bool kMasked_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kElemBytes = kElemBytes_;  // 2: f16/bf16, 1: e4m3
@@ -118,9 +130,13 @@ struct FwdTraits {
   // consumer warpgroups), 128 x 40 + 256 x 232 = 64,512 at 256 (its consumers hold 128
   // accumulators of O); without the transposing warps (kVtOnly) as for 16-bit types.
   static constexpr bool kTransposing = kFp8 && !kVtOnly;
-  static constexpr int kProducerRegs = kTransposing ? (kHeadDim == 128 ? 32 : 40) : 24;
+  // The masked 16-bit head_dim 128 x 176 instance (long causal calls): its producer, which also
+  // computes each tile's visible K/V range, spilled 16 B around the Q load on 24 registers
+  // (ptxas 13.0); 32 + 232 for the consumers, whose O (64) + S (88) + P (44) fit (0 spill).
+  static constexpr bool kRoomyProducer = kMasked_ && !kFp8 && kHeadDim == 128 && kBlockN_ == 176;
+  static constexpr int kProducerRegs = kTransposing ? (kHeadDim == 128 ? 32 : 40) : kRoomyProducer ? 32 : 24;
   static constexpr int kConsumerRegs =
-      kTransposing ? (kHeadDim == 128 ? 160 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
+      kTransposing ? (kHeadDim == 128 ? 160 : 232) : (kConsumerWarpgroups == 3 ? 160 : kRoomyProducer ? 232 : 240);
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
   static constexpr int kTransposeWarps = kTransposing ? 3 : 0;
   // FP8: O + S (64) + P (16) registers in flight at once exceed what ptxas can keep for

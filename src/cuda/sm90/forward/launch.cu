@@ -38,7 +38,8 @@ bool fail(std::string* why, const std::string& what) {
 
 template <int D>
 int smem_bytes_max() {
-  // the masked instance and the unmasked ones for short and long calls (block_n_for)
+  // the masked instance and the unmasked ones for short and long calls (block_n_for; head_dim 128's
+  // long masked instance has the long unmasked one's layout)
   const int a = FwdTraits<D, block_n_for(D, true)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, false)>::kSmemBytes;
   const int c = FwdTraits<D, block_n_for(D, false, false, true)>::kSmemBytes;
   return std::max(a, std::max(b, c));
@@ -84,6 +85,10 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
   if (masked) {
     if constexpr (D == 64) {
       if (a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
+    }
+    if constexpr (D == 128) {  // long causal calls (kShortCausalMaxKeysD128)
+      constexpr int kLongMasked = block_n_for(128, true, false, true);
+      if (block_n == kLongMasked) return launch_forward<T, 128, kLongMasked, true>(a, num_sms, p.stream);
     }
     return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
   }
@@ -166,9 +171,10 @@ bool run_forward(const AttentionParams& p) {
   const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
   // The instance (tile_choice.h): tile rows, K/V tile keys, masked or not. The knobs
   // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_FORWARD_KEY_TILE) are read, and checked, on every call.
+  const bool windowed = p.mask.window_left >= 0 || p.mask.window_right >= 0;
   const FwdTileChoice tiles_of_call = forward_tile_choice(p.head_dim, fp8, masked, mean_keys,
                                                           dispatch::d64_warpgroups_override(),
-                                                          dispatch::forward_key_tile_override());
+                                                          dispatch::forward_key_tile_override(), windowed);
   const bool masked_instance = tiles_of_call.masked_instance;
   const int block_m = tiles_of_call.block_m;
   const int block_n = tiles_of_call.block_n;

@@ -20,7 +20,7 @@ namespace tessera::cuda::sm90 {
 
 template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs, bool kVtOnly>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
-  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly, kMasked>;
   const long long tiles = args.num_tiles;
   if (tiles == 0) return;
   if (kVtOnly && !args.vt_global)
