@@ -47,7 +47,8 @@ TEST(Sm90ForwardTileChoice, Knobs) {
   expect_choice(forward_tile_choice(64, false, false, 16384, 0, kRule), {false, 192, 192}, "d64 the rule");
   expect_choice(forward_tile_choice(128, false, false, 1024, 0, kLong), {false, 128, 176}, "d128 long forced at 1k");
   expect_choice(forward_tile_choice(128, false, false, 16384, 0, kShort), {false, 128, 128}, "d128 short forced at 16k");
-  // ... and nowhere else: masked calls, two warpgroups (the masked instance), head_dim 256, FP8.
+  // ... and on causal head_dim 128 calls without a window; nowhere else: other masked calls, two
+  // warpgroups (the masked instance), head_dim 256, FP8.
   expect_choice(forward_tile_choice(64, false, true, 16384, 0, kLong), {true, 192, 128}, "masked, long forced");
   expect_choice(forward_tile_choice(64, false, true, 1000, 0, kLong), {true, 128, 128}, "masked short, long forced");
   expect_choice(forward_tile_choice(128, false, true, 1024, 0, kLong), {true, 128, 176}, "d128 causal, long forced at 1k");
@@ -67,9 +68,10 @@ TEST(Sm90ForwardTileChoice, OtherHeadDims) {
   expect_choice(forward_tile_choice(128, false, false, 1), {false, 128, 128}, "d128, one key");
   expect_choice(forward_tile_choice(128, false, false, 2048), {false, 128, 128}, "d128, 2048 keys");
   expect_choice(forward_tile_choice(128, false, false, 2049), {false, 128, 176}, "d128, 2049 keys");
-  // Causal head_dim 128 (no window): 128-key tiles up to 2048 keys, 176-key tiles above; windows 128.
-  expect_choice(forward_tile_choice(128, false, true, 2048), {true, 128, 128}, "d128 causal, 2048 keys");
-  expect_choice(forward_tile_choice(128, false, true, 2049), {true, 128, 176}, "d128 causal, 2049 keys");
+  // Causal head_dim 128 (no window): 128-key tiles up to 4096 keys, 176-key tiles above; windows 128.
+  expect_choice(forward_tile_choice(128, false, true, 2049), {true, 128, 128}, "d128 causal, 2049 keys");
+  expect_choice(forward_tile_choice(128, false, true, 4096), {true, 128, 128}, "d128 causal, 4096 keys");
+  expect_choice(forward_tile_choice(128, false, true, 4097), {true, 128, 176}, "d128 causal, 4097 keys");
   expect_choice(forward_tile_choice(128, false, true, 16384), {true, 128, 176}, "d128 causal, 16k keys");
   expect_choice(forward_tile_choice(128, false, true, 16384, 0, kRule, true), {true, 128, 128}, "d128 window, 16k keys");
   expect_choice(forward_tile_choice(256, false, true, 16384), {true, 128, 64}, "d256 causal, 16k keys");

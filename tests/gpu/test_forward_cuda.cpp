@@ -138,13 +138,15 @@ std::vector<CaseSpec> grid() {
       // three (192-row tiles) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 64, opts(true)),
       dense(f16, 1, 200, 2049, 2, 1, 64, opts(true)),
-      // Causal head_dim 128 (no window): 128-key tiles up to 2048 keys on average, 176-key tiles
-      // above (seq_q < seq_k, ragged too); windows keep 128 at any length.
-      dense(bf16, 1, 130, 2048, 2, 1, 128, opts(true)),
-      dense(f16, 1, 200, 2049, 2, 1, 128, opts(true)),
-      dense(bf16, 1, 300, 3000, 4, 2, 128, opts(true, -1, -1, 4.0f)),
-      ragged(bf16, {100, 0, 700}, {2500, 40, 3000}, 4, 2, 128, opts(true)),
-      dense(f16, 1, 500, 3000, 2, 1, 128, opts(true, 200, -1)),
+      // Causal head_dim 128 (no window): 128-key tiles up to 4096 keys on average, 176-key tiles
+      // above (seq_q < seq_k, seq_q > seq_k with its top rows fully masked, ragged too); windows
+      // keep 128 at any length.
+      dense(bf16, 1, 130, 4096, 2, 1, 128, opts(true)),
+      dense(f16, 1, 200, 4097, 2, 1, 128, opts(true)),
+      dense(bf16, 1, 300, 4500, 4, 2, 128, opts(true, -1, -1, 4.0f)),
+      dense(f16, 1, 4300, 4200, 1, 1, 128, opts(true)),
+      ragged(bf16, {100, 0, 700}, {4700, 40, 8000}, 4, 2, 128, opts(true)),
+      dense(f16, 1, 500, 4500, 2, 1, 128, opts(true, 200, -1)),
       // Unmasked head_dim 128: 128-key tiles (two Q buffers) up to 2048 keys on average, 176-key
       // tiles (one Q buffer) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 128, opts(false)),
@@ -260,6 +262,7 @@ std::vector<LongCase> long_cases() {
       {dense(bf16, 1, 4000, 12345, 2, 1, 128, opts(false)), {0, 3936}},
       {dense(bf16, 1, 8192, 8192, 2, 1, 64, opts(false, -1, -1, 20.0f)), {0, 5000, 8128}},  // d64 x 192 keys, softcap
       {dense(f16, 1, 3000, 16384, 8, 2, 64, opts(false)), {0, 2936}},  // d64 x 192 keys, GQA 4
+      {dense(bf16, 1, 4608, 4608, 2, 1, 128, opts(true)), {0, 2300, 4544}},  // square causal d128 x 176 keys
   };
 }
 
@@ -552,10 +555,12 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
 // TESSERA_CUDA_FORWARD_KEY_TILE forces the short-key or the long-key tile on unmasked head_dim 64
 // calls on three consumer warpgroups (128 keys, P from registers / 192 keys, P through shared
 // memory, the instance the rule gives calls of more than 2048 keys on average) and on head_dim 128
-// calls (128 keys with two Q buffers / 176 keys with one). Both must match the oracle on short and odd
-// shapes too: one key, one query, keys a tile and a few past, no keys, GQA, softcap, ragged with
-// empty sequences, more tiles than SMs, and with the split tail forced. Masked calls ignore it. A
-// value other than short / long is refused before anything is written.
+// calls (128 keys with two Q buffers / 176 keys with one), causal ones without a window included
+// (128 / 176 keys). Both must match the oracle on short and odd shapes too: one key, one query,
+// keys a tile and a few past, no keys, GQA, softcap, ragged with empty sequences, more tiles than
+// SMs (the dynamic walk on 176-key causal tiles too), and with the split tail forced. Other masked
+// calls ignore it. Which tile ran shows in the bits. A value other than short / long is refused
+// before anything is written.
 TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
 #if defined(TESSERA_HAS_SM90_KERNELS)
   // (Only the sm90 launcher reads the knob: elsewhere these cases would test nothing new.)
@@ -571,13 +576,14 @@ TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
       dense(bf16, 1, 40, 0, 2, 1, 64, opts(false)),                  // no keys: O = 0, LSE = -inf
       dense(f16, 1, 40, 0, 2, 1, 128, opts(false)),                  // d128, no keys
       dense(bf16, 12, 300, 700, 8, 2, 64, opts(false)),              // 192 tiles: more than the SMs
-      dense(f16, 1, 130, 1000, 2, 1, 64, opts(true)),                // causal: the knob does not apply
+      dense(f16, 1, 130, 1000, 2, 1, 64, opts(true)),                // causal d64: the knob does not apply
       ragged(f16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(false)),
       ragged(bf16, {17, 0, 113, 1, 5}, {113, 0, 17, 1, 0}, 4, 1, 64, opts(false), 8),  // empty seq, empty KV
       dense(bf16, 1, 129, 177, 4, 2, 128, opts(false, -1, -1, 3.0f)),  // d128: one key past a 176-key tile
       dense(f16, 2, 300, 2300, 2, 1, 128, opts(false)),                // d128 past the rule's switch
       dense(bf16, 2, 400, 1000, 4, 2, 128, opts(true)),                // d128 causal: 128 / 176 keys
-      dense(f16, 1, 177, 2500, 2, 1, 128, opts(true, -1, -1, 2.0f)),   // d128 causal, softcap, 176-key tiles by the rule
+      dense(f16, 1, 177, 4200, 2, 1, 128, opts(true, -1, -1, 2.0f)),   // d128 causal, softcap, 176-key tiles by the rule
+      dense(bf16, 6, 700, 700, 8, 2, 128, opts(true)),                 // d128 causal, 288 tiles: the dynamic walk
       ragged(f16, {150, 0, 300}, {2500, 0, 129}, 4, 2, 128, opts(false)),  // d128 ragged
   };
   auto rng = fresh_rng();
@@ -608,6 +614,38 @@ TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
       }
       expect_written_within_rule(g.host);
     }
+  }
+  // Which tile the rule took shows in the bits (a row's P rounds against the running max of its
+  // own tiles): the default must equal one forced choice bit for bit and differ from the other.
+  // Causal d128 past 4096 keys: 176; unmasked d64 past 2048 keys: 192; unmasked d128 up to 2048:
+  // 128 (two Q buffers). A window: no choice, the knob ignored, all three the same (were
+  // launch.cu's window test wrong, the rule and "long" would give 176, "short" 128).
+  struct RuleCase {
+    CaseSpec spec;
+    const char* same_as;
+  };
+  for (const RuleCase& rc : {RuleCase{dense(bf16, 1, 300, 4500, 2, 1, 128, opts(true)), "long"},
+                             RuleCase{dense(bf16, 1, 300, 4500, 2, 1, 128, opts(true, 1000, -1)), "both"},
+                             RuleCase{dense(f16, 1, 300, 2500, 2, 1, 64, opts(false)), "long"},
+                             RuleCase{dense(bf16, 1, 300, 1000, 2, 1, 128, opts(false)), "short"}}) {
+    SCOPED_TRACE(rc.spec.name() + " (the rule: " + rc.same_as + ")");
+    GpuCase g(rc.spec, rng);
+    g.run();
+    const std::vector<unsigned char> by_rule = g.host.out.bytes();
+    std::vector<unsigned char> forced[2];
+    for (int k = 0; k < 2; ++k) {
+      ScopedEnv key_tile("TESSERA_CUDA_FORWARD_KEY_TILE", k == 0 ? "short" : "long");
+      g.run();
+      expect_written_within_rule(g.host);
+      forced[k] = g.host.out.bytes();
+    }
+    if (std::string(rc.same_as) == "both") {
+      EXPECT_TRUE(by_rule == forced[0] && by_rule == forced[1]) << "the knob changed a call it must ignore";
+      continue;
+    }
+    const int same = std::string(rc.same_as) == "long" ? 1 : 0;
+    EXPECT_TRUE(by_rule == forced[same]) << "the rule's output differs from the forced " << rc.same_as << " tile";
+    EXPECT_FALSE(by_rule == forced[1 - same]) << "both tiles gave the same bits: the test cannot tell them apart";
   }
   expect_sm90_knob_refused("TESSERA_CUDA_FORWARD_KEY_TILE", "192", "expected 'short', 'long' or unset, got '192'");
 #else

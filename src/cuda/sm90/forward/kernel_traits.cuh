@@ -24,7 +24,7 @@
 // (Q 2 x: two Q buffers, where they fit; see kQBuffers.)
 // Wider K tiles spread each tile's fixed costs (barriers, waits, row reductions, the O
 // rescale) over more keys; masked problems keep 128 so fewer keys are computed and thrown away
-// on the diagonal.
+// on the diagonal, except long causal head_dim 128 ones (kShortCausalMaxKeysD128).
 // Registers per consumer thread: S (kBlockN / 2), P (kBlockN / 4; fp8 kBlockN / 8; none in flight
 // with kPInSmem), O (head_dim / 2).
 #pragma once
@@ -66,14 +66,15 @@ constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
 constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 
 // Causal head_dim 128 problems (no window) whose sequences average more than this many keys run
-// on 176-key tiles as unmasked ones do (kernel_traits' long-key tile), not 128: the eleventh
-// session counted 4.06 instructions per key at 128 against 3.58 at 176, and step 3 of the ladder
-// (forward_sm90.md) gave the unmasked kernel +5 % for it. The diagonal costs little more: a
-// 128-row query tile computes on average 88 + 64 keys past its visible triangle instead of 64 + 64
-// (0.3 % of the keys at 16k). Shorter ones keep 128-key tiles and the dynamic walk (its limit is
-// the same 2048 keys, launch_template.cuh); windows keep 128 (a narrow band wastes more of a
-// wider tile). Not yet measured.
-constexpr long long kShortCausalMaxKeysD128 = 2048;
+// on 176-key tiles as unmasked ones do (the long-key tile), not 128: the eleventh session counted
+// 4.06 instructions per key at 128 against 3.58 at 176, and step 3 of the ladder
+// (forward_sm90.md) gave the unmasked kernel +5 % for it. The diagonal costs more: in a square
+// problem 128-row query tiles end where a 128-key tile ends, but a 176-key tile overshoots by ~80
+// keys on average (128 m0 mod 176 in steps of 16), ~1 % of the keys computed at 16k, 4 % at 4k,
+// 8 % at 2k. So the switch sits above 4k; shorter calls keep 128-key tiles (and, up to 2048 keys,
+// the dynamic walk, launch_template.cuh); windows keep 128 (a narrow band wastes more of a wider
+// tile). Not yet measured.
+constexpr long long kShortCausalMaxKeysD128 = 4096;
 
 // Unmasked 16-bit head_dim 64 problems whose sequences average more than this many keys run on
 // 192-key tiles with P through shared memory (kWideKeyTileD64, FwdTraits::kPInSmem) instead of
@@ -86,10 +87,10 @@ constexpr long long kShortUnmaskedMaxKeysD64 = 2048;
 constexpr int kWideKeyTileD64 = 192;
 
 // K tile width of the instances that exist, per head dim and mask (launch.cu picks one via
-// tile_choice.h). long_keys: an unmasked call past its head dim's short-key threshold
-// (kShortUnmaskedMaxKeysD64 / D128), which takes the wider tile: head_dim 64 192 keys (P through
-// shared memory), 128 176 keys; short unmasked calls and masked ones 128 keys (head_dim 256: 80
-// unmasked, 64 masked, at any length). FP8 (1-byte elements) uses 128 keys: one 128-byte swizzled
+// tile_choice.h). long_keys: a call past its short-key threshold (unmasked head_dim 64 or 128:
+// kShortUnmaskedMaxKeysD64 / D128; causal head_dim 128: kShortCausalMaxKeysD128), which takes the
+// wider tile: head_dim 64 192 keys (P through shared memory), 128 176 keys (masked too); other
+// masked calls and short ones 128 keys (head_dim 256: 80 unmasked, 64 masked, at any length). FP8 (1-byte elements) uses 128 keys: one 128-byte swizzled
 // row of the transposed V tile.
 constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool long_keys = false) {
   if (fp8) return 128;

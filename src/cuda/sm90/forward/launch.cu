@@ -79,7 +79,7 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
 }
 
 // block_n: the call's K tile (tile_choice.h), which picks the unmasked instance of short or long
-// calls (the same one at head_dim 256).
+// calls (the same one at head_dim 256) and head_dim 128's masked one.
 template <typename T, int D>
 void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n) {
   if (masked) {
