@@ -450,7 +450,10 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
   const tessera::cuda::sm90::SplitTail rule = tessera::cuda::sm90::forward_split_tail(188, std::min(188, sms), 16, 128, 64, -1);
   const SplitCase cases[] = {
       {dense(bf16, 2, 129, 2100, 4, 2, 128, opts(false)), "5:3", 5, 3},  // d128 (past the short-key instance)
-      {dense(f16, 2, 200, 300, 4, 1, 64, opts(false)), "16:5", 16, 5},   // d64: 3 K/V tiles in 5 parts
+      {dense(f16, 2, 300, 300, 4, 1, 64, opts(false)), "16:5", 16, 5},   // d64: 3 K/V tiles in 5 parts
+      // d64 whose last query blocks (8 rows) go to the tail-row launch: the whole blocks' launch
+      // splits its 8 tiles (the forced 16, capped), the tail launch none
+      {dense(f16, 2, 200, 300, 4, 1, 64, opts(false)), "16:5", 8, 5},
       {dense(f16, 1, 200, 2300, 2, 1, 128, opts(false), 16), "3:2", 3, 2},  // fp16 d128, padded strides
       {dense(f16, 1, 130, 500, 2, 2, 256, opts(false), 16), "4:3", 4, 3},   // fp16 d256, padded strides
       {dense(bf16, 1, 300, 700, 2, 1, 256, opts(false, -1, -1, 2.0f)), "6:8", 6, 8},  // d256, softcap, every tile
@@ -480,6 +483,34 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
 #else
   GTEST_SKIP() << "this build has no sm90 kernels";
 #endif
+}
+
+// The tail-row launch (sm90, 16-bit head_dim 64, dense unmasked; kernel_traits.cuh): where a
+// sequence's last 192-row query block holds at most 64 rows, those blocks run on their own
+// instance, every consumer warpgroup on the same rows over its share of the K/V tiles, merged
+// in shared memory. Tails of 1..64 rows; shares of 0 to 6 K/V tiles (a warpgroup without one);
+// a problem of tail blocks only; no keys; more tail tiles than SMs (the merge slots reused);
+// soft cap, GQA, seq_q > seq_k, padded strides. (Elsewhere the cases run whatever path applies.)
+TEST(CudaForward, TailRowLaunchMatchesOracle) {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const CaseSpec cases[] = {
+      dense(bf16, 2, 1024, 1024, 4, 2, 64, opts(false)),               // 5 blocks + 64 rows; shares of 3, 3, 2
+      dense(f16, 1, 1000, 1000, 2, 1, 64, opts(false, -1, -1, 2.0f)),  // 40 rows, soft cap
+      dense(bf16, 3, 20, 129, 8, 2, 64, opts(false)),                  // tail blocks only; warpgroup 2 has no share
+      dense(f16, 2, 64, 0, 2, 1, 64, opts(false)),                     // no keys: O = 0, LSE = -inf
+      dense(bf16, 40, 200, 300, 8, 2, 64, opts(false)),                // 320 tail tiles on at most 132 CTAs
+      dense(f16, 2, 193, 2100, 4, 4, 64, opts(false)),                 // one row; shares of 6, 6, 5
+      dense(bf16, 1, 1000, 100, 4, 1, 64, opts(false)),                // seq_q > seq_k, GQA 4
+      dense(f16, 2, 17, 1023, 8, 1, 64, opts(false), 8),               // padded strides, GQA 8
+  };
+  auto rng = fresh_rng();
+  for (const CaseSpec& spec : cases) {
+    SCOPED_TRACE(spec.name());
+    GpuCase g(spec, rng);
+    g.run();
+    g.expect_inputs_untouched();
+    expect_written_within_rule(g.host);
+  }
 }
 
 // TESSERA_CUDA_D64_WARPGROUPS forces two consumer warpgroups (128-row tiles; unmasked calls on the

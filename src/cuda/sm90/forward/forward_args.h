@@ -74,10 +74,11 @@ struct FwdArgs {
 };
 
 // One instance per (dtype, head dim, K tile width, mask kind, consumer warpgroups: 0 = the head
-// dim's default, V^T-only: FP8 launches with vt_global, kernel_traits.cuh), defined in
-// instance_*.cu; a grid of min(tiles, num_sms) persistent CTAs (launch_template.cuh says when one
-// per tile).
-template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false>
+// dim's default, V^T-only: FP8 launches with vt_global, tail rows: head_dim 64's last query
+// blocks of at most 64 rows, kernel_traits.cuh), defined in instance_*.cu; a grid of
+// min(tiles, num_sms) persistent CTAs (launch_template.cuh says when one per tile).
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false,
+          bool kTailRows = false>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream);
 
 }  // namespace tessera::cuda::sm90

@@ -11,7 +11,8 @@
 // Every operand tile is stored as TMA writes it with 128-byte swizzle: panels of 128 bytes of
 // head-dim columns (64 16-bit or 128 fp8 elements), rows 128 bytes apart, each panel 1024-byte
 // aligned.
-//   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 2 x 24 KB + 4 x (16 + 16) KB = 176 KB
+//   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 2 x 24 KB + 4 x (16 + 16) KB = 176 KB;
+//                 the tail-row instance + 36 KB of merge slots = 212 KB
 //   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB;
 //                 masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
@@ -70,13 +71,22 @@ constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false) {
 // (FwdArgs::vt_global): no V stages and no transposing warps, so the producer warpgroup runs on
 // 24 registers and, at head_dim 256, the consumers on 240, enough for O (128), S (64) and P (16)
 // at once: the overlapped schedule instead of the serial one (see kSerialGemms).
-template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0, bool kVtOnly_ = false>
+// kTailRows_: the tail-row instance (16-bit head_dim 64, unmasked dense): every tile is a
+// sequence's last query block with at most 64 rows inside the sequence (1024 = 5 x 192 + 64),
+// which all consumer warpgroups compute together, each over its share of the K/V tiles, merging
+// the shares in shared memory (kernel.cuh). The main instance then runs only whole query blocks:
+// with three warpgroups, such a block would otherwise have two of them compute 128 rows past
+// the sequence (at 1k, 6 tiles of work for 5.33 tiles of rows).
+template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0, bool kVtOnly_ = false,
+          bool kTailRows_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kElemBytes = kElemBytes_;  // 2: f16/bf16, 1: e4m3
   static constexpr bool kFp8 = kElemBytes == 1;
   static constexpr bool kVtOnly = kVtOnly_;
   static_assert(!kVtOnly || kFp8, "V^T-only instances are FP8's");
+  static constexpr bool kTailRows = kTailRows_;
+  static_assert(!kTailRows || (!kFp8 && kHeadDim == 64), "tail-row instances are 16-bit head_dim 64's");
   static_assert((kHeadDim * kElemBytes) % 128 == 0, "head_dim is a whole number of 128-byte panels");
   static constexpr int kConsumerWarpgroups = kWarpgroups_ > 0 ? kWarpgroups_ : consumer_warpgroups_for(kHeadDim, kFp8);
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
@@ -93,7 +103,9 @@ struct FwdTraits {
   // consumer warpgroups), 128 x 40 + 256 x 232 = 64,512 at 256 (its consumers hold 128
   // accumulators of O); without the transposing warps (kVtOnly) as for 16-bit types.
   static constexpr bool kTransposing = kFp8 && !kVtOnly;
-  static constexpr int kProducerRegs = kTransposing ? (kHeadDim == 128 ? 32 : 40) : 24;
+  // The tail-row instance's producer keeps one more value per tile (24 spilled it): 32, which
+  // three consumer warpgroups of 160 leave (128 x 32 + 384 x 160 = 65,536).
+  static constexpr int kProducerRegs = kTransposing ? (kHeadDim == 128 ? 32 : 40) : kTailRows ? 32 : 24;
   static constexpr int kConsumerRegs =
       kTransposing ? (kHeadDim == 128 ? 160 : 232) : (kConsumerWarpgroups == 3 ? 160 : 240);
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
@@ -114,6 +126,10 @@ struct FwdTraits {
   // FP8: V^T (head_dim rows of kBlockN keys), K-major for the P V product.
   static constexpr int kVtTileBytes = kFp8 ? kHeadDim * 128 : 0;
   static constexpr int kVStageBytes = kVtOnly ? 0 : kKVTileBytes;  // a V stage (none: V^T-only)
+  // Tail rows: the merge slots of warpgroups 1.. (kernel.cuh): per thread its head_dim / 2
+  // accumulators, two row maxima and two (thread-partial) row sums, fp32: 18 KB per warpgroup.
+  static constexpr int kMergeSlotBytes = 128 * (kHeadDim / 2 + 4) * 4;
+  static constexpr int kMergeBytes = kTailRows ? (kConsumerWarpgroups - 1) * kMergeSlotBytes : 0;
   // Barriers: Q full and Q empty per Q buffer (and per consumer warpgroup with one buffer:
   // each warpgroup's 64 rows of Q are loaded and given back on their own), tile full and tile
   // empty per slot of the tile ring, then K full / K empty / V full / V empty (/ Vt full / Vt
@@ -124,7 +140,7 @@ struct FwdTraits {
   // either Q layout, 2 x 2 or 1 x W pairs), the tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
   // kernel rounds it up).
   static constexpr int kRingBytes =
-      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + 8 * (4 * kConsumerWarpgroups + kStageBarriers) +
+      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + kMergeBytes + 8 * (4 * kConsumerWarpgroups + kStageBarriers) +
       4 * kTileSlots + 1024;
   // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
   // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
@@ -134,7 +150,8 @@ struct FwdTraits {
   static constexpr int kKOffset = kQOffset + kQBuffers * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kVtOffset = kVOffset + kStages * kVStageBytes;
-  static constexpr int kBarrierOffset = kVtOffset + kStages * kVtTileBytes;
+  static constexpr int kMergeOffset = kVtOffset + kStages * kVtTileBytes;  // 16-byte aligned
+  static constexpr int kBarrierOffset = kMergeOffset + kMergeBytes;
   // Q full / Q empty pairs per buffer: one per consumer warpgroup with one buffer (kernel.cuh).
   static constexpr int kQGroups = kQBuffers == 1 ? kConsumerWarpgroups : 1;
   static constexpr int kQBarriers = 2 * kQBuffers * kQGroups;

@@ -78,6 +78,21 @@ template <typename T, int D>
 void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
   if constexpr (D == 64) {
     if (masked && a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
+    // Dense unmasked, the last query block of every sequence at most 64 rows (1024 = 5 x 192 +
+    // 64): the whole blocks on the main instance, then the last blocks on the tail-row instance
+    // (kernel_traits.cuh), where all three consumer warpgroups share their K/V tiles instead of
+    // two of them computing rows past the sequence. A second launch, stream-ordered after the
+    // first; the two write disjoint rows.
+    if (!masked && a.cu_seqlens_q == nullptr && a.block_m == 192 && a.m_blocks >= 1 &&
+        a.seq_q - (a.m_blocks - 1) * 192 <= 64) {
+      FwdArgs whole = a;
+      whole.m_blocks = a.m_blocks - 1;
+      whole.num_tiles = whole.m_blocks * a.heads * a.batch;  // (0: a one-block sequence; no launch)
+      launch_forward<T, 64, block_n_for(64, false), false>(whole, num_sms, p.stream);
+      FwdArgs tail = a;
+      tail.num_tiles = a.heads * a.batch;
+      return launch_forward<T, 64, block_n_for(64, false), false, 0, false, true>(tail, num_sms, p.stream);
+    }
   }
   if (masked) return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
   return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);

@@ -1,5 +1,5 @@
-// launch_forward<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly>: the host side of one sm90 instance (included by
-// instance_*.cu).
+// launch_forward<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly, kTailRows>: the host side of one sm90 instance
+// (included by instance_*.cu).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -18,15 +18,15 @@
 
 namespace tessera::cuda::sm90 {
 
-template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs, bool kVtOnly>
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs, bool kVtOnly, bool kTailRows>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
-  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly, kTailRows>;
   const long long tiles = args.num_tiles;
   if (tiles == 0) return;
   if (kVtOnly && !args.vt_global)
     throw Error(ErrorCode::backend_failure, "v",
                 "sm90 fp8 forward: expected the V^T workspace for the V^T-only instance, got none (an internal error)");
-  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly>;
+  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly, kTailRows>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   // Unmasked dense tiles all cost the same: persistent CTAs, one per SM (shared memory allows
   // no more), CTA x walking tiles x, x + grid, ..., so a tile's epilogue and the next one's
@@ -78,7 +78,7 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   long long n_split = 0;
   int parts = 1;
   float* split_ws = nullptr;
-  if constexpr (!kMasked) {
+  if constexpr (!kMasked && !kTailRows) {
     if (!ragged) {
       const dispatch::ForwardSplitTail forced = dispatch::forward_split_tail_override();
       const SplitTail plan = forward_split_tail(
