@@ -38,7 +38,9 @@ bool fail(std::string* why, const std::string& what) {
 template <int D>
 int smem_bytes_max() {
   const int a = FwdTraits<D, block_n_for(D, false)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, true)>::kSmemBytes;
-  return a > b ? a : b;
+  // head_dim 64: the tail-row instance too (its merge slots)
+  const int c = D == 64 ? FwdTraits<D, block_n_for(D, false), 2, 0, false, D == 64>::kSmemBytes : 0;
+  return std::max({a, b, c});
 }
 
 int smem_bytes(int head_dim) {
