@@ -457,7 +457,8 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
       {dense(f16, 1, 200, 2300, 2, 1, 128, opts(false), 16), "3:2", 3, 2},  // fp16 d128, padded strides
       {dense(f16, 1, 130, 500, 2, 2, 256, opts(false), 16), "4:3", 4, 3},   // fp16 d256, padded strides
       {dense(bf16, 1, 300, 700, 2, 1, 256, opts(false, -1, -1, 2.0f)), "6:8", 6, 8},  // d256, softcap, every tile
-      {dense(f16, 2, 40, 0, 2, 1, 64, opts(false)), "4", 4, 2},          // no keys: every part empty
+      {dense(f16, 2, 300, 0, 2, 1, 64, opts(false)), "4", 4, 2},         // no keys: every part empty (300 rows:
+                                                                          // whole blocks, not the tail-row launch)
       {dense(bf16, 47, 129, 2048, 4, 2, 64, opts(false)), "", rule.tiles, rule.parts},  // the rule
       {dense(bf16, 47, 129, 2048, 4, 2, 64, opts(false)), "0", 0, 1},    // the rule's split, turned off
       {dense(bf16, 1, 17, 1023, 8, 1, 64, opts(true)), "5:3", 0, 1},     // causal: the knob does not apply

@@ -121,78 +121,49 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, floa
   ++it;
 }
 
-// run_kv_tiles for one warpgroup's share of a Q tile that every warpgroup computes on the same
-// rows (the sm90 forward's tail-row instance, kernel.cuh): of the n_tiles (>= 0) K/V tiles at
-// ring positions it .., it computes first, first + stride, ... in the same overlapped order
-// (turns aside) and only waits for and gives back the others, since the ring's empty barriers
-// count every consumer warp. A share takes no turns: the warpgroups run different tiles at once.
-// No deadlock as long as S > stride: a warpgroup holds V of its previous tile while it waits for
-// the next one, stride positions on, whose stage the producer refills once every warp gave back
-// the tile S positions before it. (A function of its own: folded into run_kv_tiles with run-time
-// first / stride, the plain schedule kept their arithmetic live and the d256 x 80 instance spilled.)
-template <int S, bool kSerialGemms, class Ops, int kS, int kO>
+// One warpgroup's share of a Q tile that every warpgroup computes on the same rows (the sm90
+// forward's tail-row instance, kernel.cuh): of the n_tiles (>= 0) K/V tiles at ring positions
+// it .. it + n_tiles - 1 (`it` is advanced by n_tiles), it computes first, first + stride, ...
+// and only waits for and gives back the others, since the ring's empty barriers count every
+// consumer warp. No turns: the warpgroups run different tiles at once, and one's softmax runs
+// under another's GEMMs. Serial per tile (S, softmax, P V), so that a warpgroup holds one ring
+// stage at a time and the three shares fit a ring of 4 stages together: the overlapped order
+// holds two per warpgroup (the next K with the last V), which starved the ring (measured: the
+// tail-row launch as slow as a whole tile). No deadlock: a warpgroup gives tiles back in ring
+// order and, while it waits, holds only the tile it computes, so the earliest tile still held
+// is always finished and the producer refills its stage.
+template <int S, class Ops, int kS, int kO>
 __device__ __forceinline__ void run_kv_share(int n_tiles, int first, int stride, int& it, Ops& op, float (&s)[kS],
                                              float (&o)[kO]) {
   const int end = it + n_tiles;
-  auto skip = [&](int q) {  // a tile of another warpgroup's share
-    mbarrier_wait_parity(op.k_full(q % S), (q / S) & 1);
-    op.release_k(q % S);
-    mbarrier_wait_parity(op.pv_full(q % S), (q / S) & 1);
-    op.release_v(q % S);
+  int pos = it;  // the next ring position this warpgroup has not given back
+  auto skip_to = [&](int target) {  // tiles of the other warpgroups' shares
+    for (; pos < target; ++pos) {
+      mbarrier_wait_parity(op.k_full(pos % S), (pos / S) & 1);
+      op.release_k(pos % S);
+      mbarrier_wait_parity(op.pv_full(pos % S), (pos / S) & 1);
+      op.release_v(pos % S);
+    }
   };
-  int pos = it + first;  // ring position of this warpgroup's current tile
-  for (int q = it; q < pos && q < end; ++q) skip(q);
-  if (first < n_tiles) {
-    mbarrier_wait_parity(op.k_full(pos % S), (pos / S) & 1);
-    op.issue_qk(pos % S);
+  for (int i = first; i < n_tiles; i += stride) {
+    skip_to(it + i);
+    const int stage = pos % S, phase = (pos / S) & 1;
+    mbarrier_wait_parity(op.k_full(stage), phase);
+    op.issue_qk(stage);
     wgmma_wait<0>();
     wgmma_fence_operand(s);
-    op.release_k(pos % S);
-    op.weights(first);  // O is still zero: no rescale
+    op.release_k(stage);
+    op.weights(i);
+    if (i != first) op.rescale();  // O is still zero before the first
     op.pack();
-    for (int i = first + stride; i < n_tiles; i += stride) {
-      const int prev = pos % S, prev_phase = (pos / S) & 1;
-      for (int q = pos + 1; q < it + i; ++q) skip(q);
-      pos = it + i;
-      const int stage = pos % S;
-      mbarrier_wait_parity(op.k_full(stage), (pos / S) & 1);
-      mbarrier_wait_parity(op.pv_full(prev), prev_phase);
-      if constexpr (kSerialGemms) {
-        // P_{i-1} V_{i-1} completes before S_i is issued: at most O + P or S are in flight at
-        // once, not O + P + S.
-        op.issue_pv(prev);
-        wgmma_wait<0>();
-        wgmma_fence_operand(o);
-        op.release_v(prev);
-        op.issue_qk(stage);
-        wgmma_wait<0>();
-        wgmma_fence_operand(s);
-        op.release_k(stage);
-        op.weights(i);
-      } else {
-        op.issue_qk(stage);
-        op.issue_pv(prev);
-        wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
-        wgmma_fence_operand(s);
-        op.release_k(stage);
-        op.weights(i);
-        op.pin();
-        wgmma_wait<0>();
-        wgmma_fence_operand(o);
-        op.release_v(prev);
-      }
-      op.rescale();
-      op.pack();
-    }
-    const int last = pos % S;
-    mbarrier_wait_parity(op.pv_full(last), (pos / S) & 1);
-    op.issue_pv(last);
+    mbarrier_wait_parity(op.pv_full(stage), phase);
+    op.issue_pv(stage);
     wgmma_wait<0>();
     wgmma_fence_operand(o);
-    op.release_v(last);
+    op.release_v(stage);
     ++pos;
   }
-  for (int q = pos; q < end; ++q) skip(q);
+  skip_to(end);
   it = end;
 }
 

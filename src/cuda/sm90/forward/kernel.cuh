@@ -630,9 +630,10 @@ __global__ void __launch_bounds__(
                   k_full,
                   pv_full};
       if constexpr (kTailRows) {
-        // This warpgroup's share: every kWarpgroups-th K/V tile from its own index, no turns.
-        static_assert(S > kWarpgroups, "run_kv_share: a share's stride must be below the ring's stages");
-        run_kv_share<S, Tr::kSerialGemms>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
+        // This warpgroup's share: every kWarpgroups-th K/V tile from its own index, no turns; the
+        // ring holds one stage per share at a time.
+        static_assert(S >= kWarpgroups, "run_kv_share: every share's tile in the ring at once");
+        run_kv_share<S>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
       } else {
         run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops, s_flat, o_flat);
       }
