@@ -108,7 +108,8 @@ inline int parse_backward_tail_pieces(const char* value) {
 // TESSERA_CUDA_FORWARD_SPLIT_TAIL (a measurement and test knob of the sm90 forward's split tail,
 // src/cuda/sm90/forward/split_tail_plan.h): unset or empty: tiles -1 (the host rule decides); 0:
 // never; "n": the last n tiles, n in [1, 2^20], of any dense unmasked launch in two parts;
-// "n:k": in k parts, k in [2, 8] (masked and ragged launches never split, nor 16-bit head_dim 128
+// "n:k": in k parts, k in [2, 8] (masked and ragged launches never split, nor head_dim 64's
+// tail-row launch, whose last blocks' tiles it never reaches, nor 16-bit head_dim 128
 // launches of at most 2048 keys, which take the masked instance). Anything else
 // throws.
 struct ForwardSplitTail {
@@ -167,6 +168,18 @@ inline int parse_d64_warpgroups(const char* value) {
               std::string("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '") + value + "'");
 }
 
+// TESSERA_CUDA_FORWARD_TAIL_ROWS (a measurement and test knob of the sm90 forward at head_dim 64,
+// fp16 / bf16, dense unmasked calls whose last 192-row query block holds at most 64 rows; see
+// launch.cu): unset, empty or "1": those last blocks run on the tail-row instance (every consumer
+// warpgroup on the same rows over its share of the K/V tiles); "0": on the main instance with the
+// whole blocks. Anything else throws.
+inline bool parse_forward_tail_rows(const char* value) {
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "1") == 0) return true;
+  if (std::strcmp(value, "0") == 0) return false;
+  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FORWARD_TAIL_ROWS",
+              std::string("TESSERA_CUDA_FORWARD_TAIL_ROWS: expected 0, 1 or unset, got '") + value + "'");
+}
+
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
 inline BackwardPath backward_path_override() { return parse_backward_path(std::getenv("TESSERA_CUDA_BACKWARD")); }
 inline BatchPath batch_path_override() { return parse_batch_path(std::getenv("TESSERA_CUDA_BATCH")); }
@@ -181,6 +194,7 @@ inline int backward_tail_pieces_override() {
   return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));
 }
 inline int d64_warpgroups_override() { return parse_d64_warpgroups(std::getenv("TESSERA_CUDA_D64_WARPGROUPS")); }
+inline bool forward_tail_rows_override() { return parse_forward_tail_rows(std::getenv("TESSERA_CUDA_FORWARD_TAIL_ROWS")); }
 inline bool batch_decode_claims_override() {
   return parse_batch_decode_claims(std::getenv("TESSERA_CUDA_BATCH_DECODE_CLAIMS"));
 }

@@ -453,7 +453,7 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
       {dense(f16, 2, 300, 300, 4, 1, 64, opts(false)), "16:5", 16, 5},   // d64: 3 K/V tiles in 5 parts
       // d64 whose last query blocks (8 rows) go to the tail-row launch: the whole blocks' launch
       // splits its 8 tiles (the forced 16, capped), the tail launch none
-      {dense(f16, 2, 200, 300, 4, 1, 64, opts(false)), "16:5", 8, 5},
+      {dense(f16, 2, 200, 300, 4, 1, 64, opts(false)), "16:5", 8, 5, 16},
       {dense(f16, 1, 200, 2300, 2, 1, 128, opts(false), 16), "3:2", 3, 2},  // fp16 d128, padded strides
       {dense(f16, 1, 130, 500, 2, 2, 256, opts(false), 16), "4:3", 4, 3},   // fp16 d256, padded strides
       {dense(bf16, 1, 300, 700, 2, 1, 256, opts(false, -1, -1, 2.0f)), "6:8", 6, 8},  // d256, softcap, every tile
@@ -476,6 +476,10 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
     const std::uint64_t row_bytes = static_cast<std::uint64_t>(bm) * (spec.head_dim + 1) * sizeof(float);
     if (c.tiles > 0) {
       EXPECT_GE(high, c.tiles * static_cast<std::uint64_t>(c.parts) * row_bytes) << "the split's workspace was not allocated";
+      if (c.fewer_than_tiles > 0) {
+        EXPECT_LT(high, c.fewer_than_tiles * static_cast<std::uint64_t>(c.parts) * row_bytes)
+            << "more tiles split than the whole blocks: the tail blocks were split too";
+      }
     } else {
       EXPECT_LT(high, 2 * row_bytes) << "a split ran";
     }
@@ -486,13 +490,42 @@ TEST(CudaForward, SplitTailMatchesOracleWithinRule) {
 #endif
 }
 
+// A forward knob set to a value it refuses: the sm90 launcher reads its knobs on every call it takes
+// (the portable path never reads them), so a head_dim 128 call fails with an error that names the
+// variable and what it expected, and writes nothing.
+void expect_sm90_knob_refused(const char* var, const char* value, const std::string& expected) {
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  if (!sm90_forward_runs()) return;
+  ScopedEnv bad(var, value);
+  auto rng = fresh_rng();
+  GpuCase g(dense(DType::bf16, 1, 64, 64, 2, 1, 128, opts(false)), rng);
+  try {
+    g.run();
+    ADD_FAILURE() << var << "=" << value << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::string(var) + ": " + expected), std::string::npos) << e.what();
+  }
+  HostTensor out = g.host.out;
+  g.out.download(out);
+  EXPECT_EQ(out.count_nan(), out.numel());  // nothing written: the poison stays
+  EXPECT_TRUE(out.margins_intact());
+#else
+  (void)var, (void)value, (void)expected;
+#endif
+}
+
 // The tail-row launch (sm90, 16-bit head_dim 64, dense unmasked; kernel_traits.cuh): where a
 // sequence's last 192-row query block holds at most 64 rows, those blocks run on their own
 // instance, every consumer warpgroup on the same rows over its share of the K/V tiles, merged
 // in shared memory. Tails of 1..64 rows; shares of 0 to 6 K/V tiles (a warpgroup without one);
 // a problem of tail blocks only; no keys; more tail tiles than SMs (the merge slots reused);
-// soft cap, GQA, seq_q > seq_k, padded strides. (Elsewhere the cases run whatever path applies.)
+// soft cap, GQA, seq_q > seq_k, padded strides; and both sides of the rule (65 rows and a whole
+// block: no tail launch). That the launch ran shows in the bits: with TESSERA_CUDA_FORWARD_TAIL_ROWS=0
+// the same rows are summed in one pass instead of three merged shares.
 TEST(CudaForward, TailRowLaunchMatchesOracle) {
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  if (!sm90_forward_runs()) GTEST_SKIP() << "the tail-row launch belongs to the sm90 kernels";
   const DType f16 = DType::f16, bf16 = DType::bf16;
   const CaseSpec cases[] = {
       dense(bf16, 2, 1024, 1024, 4, 2, 64, opts(false)),               // 5 blocks + 64 rows; shares of 3, 3, 2
@@ -503,6 +536,8 @@ TEST(CudaForward, TailRowLaunchMatchesOracle) {
       dense(f16, 2, 193, 2100, 4, 4, 64, opts(false)),                 // one row; shares of 6, 6, 5
       dense(bf16, 1, 1000, 100, 4, 1, 64, opts(false)),                // seq_q > seq_k, GQA 4
       dense(f16, 2, 17, 1023, 8, 1, 64, opts(false), 8),               // padded strides, GQA 8
+      dense(bf16, 1, 1025, 700, 2, 1, 64, opts(false)),                // 65 rows past 5 blocks: no tail launch
+      dense(f16, 1, 384, 500, 2, 2, 64, opts(false)),                  // two whole blocks: no tail launch
   };
   auto rng = fresh_rng();
   for (const CaseSpec& spec : cases) {
@@ -511,6 +546,52 @@ TEST(CudaForward, TailRowLaunchMatchesOracle) {
     g.run();
     g.expect_inputs_untouched();
     expect_written_within_rule(g.host);
+  }
+  // The same call with and without the tail-row launch: both within the rule, and the tail rows'
+  // bits differ (shares of 3 K/V tiles each merged, against one pass over all 8), the whole
+  // blocks' rows do not (the same instance and tiles either way).
+  const CaseSpec spec = dense(bf16, 1, 1024, 1024, 2, 1, 64, opts(false));
+  GpuCase g(spec, rng);
+  g.run();
+  expect_written_within_rule(g.host);
+  const HostTensor with_tail = g.host.out;
+  {
+    ScopedEnv off("TESSERA_CUDA_FORWARD_TAIL_ROWS", "0");
+    g.run();
+  }
+  expect_written_within_rule(g.host);
+  long long tail_differs = 0, whole_differs = 0;
+  for (int r = 0; r < spec.seq_q; ++r)
+    for (int h = 0; h < spec.heads_q; ++h)
+      for (int d = 0; d < spec.head_dim; ++d) {
+        const std::int64_t i = (static_cast<std::int64_t>(r) * spec.heads_q + h) * spec.head_dim + d;
+        const bool differs = with_tail.get(i) != g.host.out.get(i);
+        (r >= 960 ? tail_differs : whole_differs) += differs ? 1 : 0;
+      }
+  EXPECT_GT(tail_differs, 0) << "the last 64 rows came out bit-identical: the tail-row launch did not run";
+  EXPECT_EQ(whole_differs, 0) << "rows of the whole blocks changed with the tail-row launch";
+  expect_sm90_knob_refused("TESSERA_CUDA_FORWARD_TAIL_ROWS", "on", "expected 0, 1 or unset, got 'on'");
+#else
+  GTEST_SKIP() << "this build has no sm90 kernels";
+#endif
+}
+
+// A graph of an unmasked head_dim 64 call with a tail (two launches: the whole blocks, then the
+// tail rows) replays to the eager call's bits.
+TEST(CudaForward, GraphReplaysOfATailRowCallMatchTheEagerCall) {
+  auto rng = fresh_rng();
+  GpuCase g(dense(DType::f16, 2, 1000, 1000, 4, 2, 64, opts(false)), rng);
+  g.run();
+  EXPECT_EQ(g.host.out.count_nan(), 0);
+  const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
+  CapturedGraph graph([&](void* stream) {
+    ExecutionContext ctx;
+    ctx.stream = stream;
+    attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), g.lse.view(), g.host.options(), ctx);
+  });
+  for (int replay = 0; replay < 2; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    expect_replay_writes(graph, g, o_eager, l_eager);
   }
 }
 
@@ -538,24 +619,7 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
       expect_written_within_rule(g.host);
     }
   }
-#if defined(TESSERA_HAS_SM90_KERNELS)
-  // The sm90 launcher reads the knob on every call it takes (the portable path never reads it).
-  if (!sm90_forward_runs()) return;
-  ScopedEnv bad("TESSERA_CUDA_D64_WARPGROUPS", "4");
-  GpuCase g(dense(bf16, 1, 64, 64, 2, 1, 128, opts(false)), rng);
-  try {
-    g.run();
-    ADD_FAILURE() << "TESSERA_CUDA_D64_WARPGROUPS=4 was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
-    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
-        << e.what();
-  }
-  HostTensor out = g.host.out;
-  g.out.download(out);
-  EXPECT_EQ(out.count_nan(), out.numel());  // nothing written: the poison stays
-  EXPECT_TRUE(out.margins_intact());
-#endif
+  expect_sm90_knob_refused("TESSERA_CUDA_D64_WARPGROUPS", "4", "expected 2, 3 or unset, got '4'");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,6 +45,8 @@ struct FwdArgs {
   Descale q_descale, k_descale, v_descale;
   // The grid's work: m_blocks x heads x batch tiles of kBlockM query rows; CTA i takes tile i
   // first, then i + gridDim.x, ... or the counter's next (tile_coords in kernel.cuh gives the order).
+  // With the head_dim 64 tail-row launch (launch.cu) the whole blocks' launch counts m_blocks - 1
+  // per (head, sequence) and the tail launch one tile per (head, sequence), its last block.
   int m_blocks = 0;
   int block_m = 0;  // query rows per tile (the instance's; host-side choice of the instance)
   int heads = 0;
@@ -58,7 +60,7 @@ struct FwdArgs {
   // Keys per sequence, on average (dense: seq_k; ragged: total_k / batch): the launch walks
   // dynamically only where tiles are short (launch_template.cuh).
   std::int64_t mean_keys = 0;
-  // m_blocks x heads x batch (x heads when ragged_virtual), computed on the host: read from the parameter bank where the
+  // m_blocks x heads x batch (x heads when ragged_virtual; the tail-row launches: see m_blocks), computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;
   // Split tail (dense, unmasked; launch_template.cuh, split_tail_plan.h): tiles from

@@ -463,7 +463,8 @@ __global__ void __launch_bounds__(
     return;
   }
 
-  // ---- consumers: warpgroup c owns rows [64 c, 64 c + 64) of every tile ----
+  // ---- consumers: warpgroup c owns rows [64 c, 64 c + 64) of every tile (the tail-row instance:
+  // every warpgroup computes rows [0, 64) over its share of the K/V tiles, warpgroup 0 writes) ----
   setmaxnreg_inc<Tr::kConsumerRegs>();
   // Broadcast from lane 0: the same value, but ptxas then knows it is warp-uniform and keeps the
   // Q descriptors derived from it in uniform registers (d128 x 176: 40 fewer instructions between

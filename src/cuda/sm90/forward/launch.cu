@@ -76,8 +76,9 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
   return make_tensor_map_tiled(type, ragged ? 3 : 4, base, dims, strides, box);
 }
 
+// tail_rows: TESSERA_CUDA_FORWARD_TAIL_ROWS (the tail-row launch where it applies; on by default).
 template <typename T, int D>
-void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, bool tail_rows) {
   if constexpr (D == 64) {
     if (masked && a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
     // Dense unmasked, the last query block of every sequence at most 64 rows (1024 = 5 x 192 +
@@ -85,7 +86,7 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
     // (kernel_traits.cuh), where all three consumer warpgroups share their K/V tiles instead of
     // two of them computing rows past the sequence. A second launch, stream-ordered after the
     // first; the two write disjoint rows.
-    if (!masked && a.cu_seqlens_q == nullptr && a.block_m == 192 && a.m_blocks >= 1 &&
+    if (tail_rows && !masked && a.cu_seqlens_q == nullptr && a.block_m == 192 && a.m_blocks >= 1 &&
         a.seq_q - (a.m_blocks - 1) * 192 <= 64) {
       FwdArgs whole = a;
       whole.m_blocks = a.m_blocks - 1;
@@ -115,7 +116,7 @@ void launch_fp8_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked
 }
 
 template <typename T>
-void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, bool tail_rows) {
   if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
     if (p.head_dim == 128) return launch_fp8_for_mask<128>(a, p, masked, num_sms);
     if (p.head_dim == 256) return launch_fp8_for_mask<256>(a, p, masked, num_sms);
@@ -123,9 +124,9 @@ void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked
                 "sm90 fp8 forward: head_dim: expected 128 or 256, got " + std::to_string(p.head_dim));
   }
   switch (p.head_dim) {
-    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms);
-    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms);
-    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms);
+    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms, tail_rows);
+    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms, tail_rows);
+    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms, tail_rows);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -176,6 +177,7 @@ bool run_forward(const AttentionParams& p) {
   // (TESSERA_CUDA_D64_WARPGROUPS, a measurement knob, forces two or three; two on an unmasked
   // call runs the masked instance, whose tiles are then all unmasked but the tail.)
   const int d64_warpgroups = dispatch::d64_warpgroups_override();  // read (and checked) on every call
+  const bool tail_rows = dispatch::forward_tail_rows_override();     // likewise
   const bool two_wg_d64 = !fp8 && p.head_dim == 64 &&
                           (d64_warpgroups == 0 ? masked && mean_keys <= kTwoWarpgroupMaxKeysD64 : d64_warpgroups == 2);
   // Short unmasked head_dim 128 takes the masked instance (see kShortUnmaskedMaxKeysD128).
@@ -291,14 +293,14 @@ bool run_forward(const AttentionParams& p) {
                                                     p.head_dim, vt.ptr, vt.stream));
       }
     }
-    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms);
+    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms, tail_rows);
     if (vt.ptr != nullptr) {
       void* ws = vt.ptr;
       vt.ptr = nullptr;
       TESSERA_CUDA_CHECK(cudaFreeAsync(ws, vt.stream));
     }
-  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms);
-  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms);
+  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms, tail_rows);
+  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms, tail_rows);
   return true;
 }
 
