@@ -268,12 +268,10 @@ TEST(CudaForward, WithoutLseWritesNoLse) {
   EXPECT_LE(max_abs_error(g.host.out_packed(), oracle.o), tolerance(naive, oracle.o, DType::bf16));
 }
 
-// A causal problem with more tiles than SMs: on sm90 its persistent CTAs take tiles from a
-// counter the call allocates and zeroes on its stream. Captured in a CUDA graph, every replay
-// must find the counter zeroed again and give the eager call's bytes.
-TEST(CudaForward, GraphReplaysOfAMaskedLaunchMatchTheEagerCall) {
+// A graph of one forward call replays to the eager call's bits, three times.
+void expect_graph_replays_match_the_eager_call(const CaseSpec& spec) {
   auto rng = fresh_rng();
-  GpuCase g(dense(DType::bf16, 6, 700, 700, 8, 2, 128, opts(true)), rng);
+  GpuCase g(spec, rng);
   g.run();
   EXPECT_EQ(g.host.out.count_nan(), 0);
   const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
@@ -286,6 +284,13 @@ TEST(CudaForward, GraphReplaysOfAMaskedLaunchMatchTheEagerCall) {
     SCOPED_TRACE("replay " + std::to_string(replay));
     expect_replay_writes(graph, g, o_eager, l_eager);
   }
+}
+
+// A causal problem with more tiles than SMs: on sm90 its persistent CTAs take tiles from a
+// counter the call allocates and zeroes on its stream. Captured in a CUDA graph, every replay
+// must find the counter zeroed again and give the eager call's bytes.
+TEST(CudaForward, GraphReplaysOfAMaskedLaunchMatchTheEagerCall) {
+  expect_graph_replays_match_the_eager_call(dense(DType::bf16, 6, 700, 700, 8, 2, 128, opts(true)));
 }
 
 // The tile counter comes from tessera's scratch pool: one pool per device, and it must keep its
@@ -579,20 +584,7 @@ TEST(CudaForward, TailRowLaunchMatchesOracle) {
 // A graph of an unmasked head_dim 64 call with a tail (two launches: the whole blocks, then the
 // tail rows) replays to the eager call's bits.
 TEST(CudaForward, GraphReplaysOfATailRowCallMatchTheEagerCall) {
-  auto rng = fresh_rng();
-  GpuCase g(dense(DType::f16, 2, 1000, 1000, 4, 2, 64, opts(false)), rng);
-  g.run();
-  EXPECT_EQ(g.host.out.count_nan(), 0);
-  const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
-  CapturedGraph graph([&](void* stream) {
-    ExecutionContext ctx;
-    ctx.stream = stream;
-    attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), g.lse.view(), g.host.options(), ctx);
-  });
-  for (int replay = 0; replay < 2; ++replay) {
-    SCOPED_TRACE("replay " + std::to_string(replay));
-    expect_replay_writes(graph, g, o_eager, l_eager);
-  }
+  expect_graph_replays_match_the_eager_call(dense(DType::f16, 2, 1000, 1000, 4, 2, 64, opts(false)));
 }
 
 // TESSERA_CUDA_D64_WARPGROUPS forces two consumer warpgroups (128-row tiles; unmasked calls on the
