@@ -110,8 +110,9 @@ inline int parse_backward_tail_pieces(const char* value) {
 // never; "n": the last n tiles, n in [1, 2^20], of any dense unmasked launch in two parts;
 // "n:k": in k parts, k in [2, 8] (masked and ragged launches never split, nor head_dim 64's
 // tail-row launch, whose last blocks' tiles it never reaches, nor 16-bit head_dim 128
-// launches of at most 2048 keys, which take the masked instance). Anything else
-// throws.
+// launches of at most 2048 keys, which take the masked instance; the whole blocks' launch of a
+// head_dim 64 tail-row pair splits only when n >= 1 forces it, the tail launch otherwise filling
+// its last round). Anything else throws.
 struct ForwardSplitTail {
   int tiles = -1;
   int parts = 2;

@@ -581,6 +581,47 @@ TEST(CudaForward, TailRowLaunchMatchesOracle) {
 #endif
 }
 
+// The tail-row launch is the whole blocks' programmatic dependent (its CTAs start while the whole
+// blocks' last round runs): whatever follows on the stream must still see both grids' rows. A
+// device-to-device copy of the output queued right after the call, with no synchronisation in
+// between, must hold exactly the output's bytes (the tail grid finishes long before the whole
+// one here: were it not to wait for that grid, the copy would catch poisoned rows). Tail tiles
+// fewer than the SMs, and more (the tail launch's tile counter).
+TEST(CudaForward, TailRowPairCompletesBeforeTheNextStreamOperation) {
+#if defined(TESSERA_HAS_SM90_KERNELS)
+  if (!sm90_forward_runs()) GTEST_SKIP() << "the tail-row launch belongs to the sm90 kernels";
+  auto rng = fresh_rng();
+  for (const CaseSpec& spec : {dense(DType::bf16, 1, 4160, 4160, 32, 8, 64, opts(false)),
+                               dense(DType::f16, 1, 4160, 2000, 136, 8, 64, opts(false))}) {
+    SCOPED_TRACE(spec.name());
+    GpuCase g(spec, rng);
+    g.out.poison(g.host.out);
+    const std::size_t bytes = static_cast<std::size_t>(g.host.out.numel()) * dtype_size(spec.dtype);  // contiguous
+    void* copy = nullptr;
+    TESSERA_TEST_CUDA(cudaMalloc(&copy, bytes));
+    cudaStream_t stream = nullptr;
+    TESSERA_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ExecutionContext ctx;
+    ctx.stream = stream;
+    AttentionOptions o = g.host.options();
+    o.return_lse = false;
+    attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), Tensor{}, o, ctx);
+    TESSERA_TEST_CUDA(cudaMemcpyAsync(copy, g.out.base(), bytes, cudaMemcpyDeviceToDevice, stream));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+    std::vector<unsigned char> copied(bytes), written(bytes);
+    TESSERA_TEST_CUDA(cudaMemcpy(copied.data(), copy, bytes, cudaMemcpyDeviceToHost));
+    TESSERA_TEST_CUDA(cudaMemcpy(written.data(), g.out.base(), bytes, cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(copied == written) << "the copy queued after the call saw the output before both grids had finished";
+    g.out.download(g.host.out);
+    EXPECT_EQ(g.host.out.count_nan(), 0);
+    TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
+    TESSERA_TEST_CUDA(cudaFree(copy));
+  }
+#else
+  GTEST_SKIP() << "this build has no sm90 kernels";
+#endif
+}
+
 // A graph of an unmasked head_dim 64 call with a tail (two launches: the whole blocks, then the
 // tail rows) replays to the eager call's bits.
 TEST(CudaForward, GraphReplaysOfATailRowCallMatchTheEagerCall) {

@@ -73,6 +73,14 @@ struct FwdArgs {
   int split_parts = 2;
   float* split_o = nullptr;
   float* split_lse = nullptr;
+  // Host only (launch_template.cuh; last, so that the kernel's parameter offsets stay as they
+  // were). split_allowed: whether the launch may split its tail; programmatic: launched as the
+  // programmatic dependent of the launch just before it on the stream. The head_dim 64 tail-row
+  // pair (launch.cu) sets both: the whole blocks' launch leaves its last round to the tail
+  // launch, whose CTAs take the SMs that round leaves free (walking from a tile_counter the caller
+  // zeroed before the first launch).
+  bool split_allowed = true;
+  bool programmatic = false;
 };
 
 // One instance per (dtype, head dim, K tile width, mask kind, consumer warpgroups: 0 = the head

@@ -317,6 +317,12 @@ __global__ void __launch_bounds__(
   // One tile per CTA (masked or ragged launches without the tile counter): the CTA of an empty
   // tile (past its sequence) leaves before any setup.
   if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, blockIdx.x).active) return;
+  // The head_dim 64 tail-row pair (launch.cu): the whole blocks' launch lets its programmatic
+  // dependent, the tail-row launch, be scheduled at once; its CTAs then take the SMs this grid's
+  // CTAs leave in the last round (one CTA per SM: they cannot share one). A no-op for a launch
+  // without dependents.
+  if constexpr (kHeadDim == 64 && !kMasked && !kFp8 && !kTailRows && kConsumerWGs == 0)
+    asm volatile("griddepcontrol.launch_dependents;");
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < QB; ++b) {
@@ -800,6 +806,13 @@ __global__ void __launch_bounds__(
     if (c > 0) named_barrier_sync(kMergeEmptyBarrier, 128 * kWarpgroups);  // warpgroup 0's last arrival
   }
   if (t == 0) tma_store_wait<0>();
+  if constexpr (kTailRows) {
+    // Launched as the whole blocks' programmatic dependent, this grid must not complete before
+    // that one: whatever follows on the stream waits for this grid only. Every consumer thread
+    // waits, after its last store, for that grid's completion and memory flush (a plain launch
+    // has no prerequisite in flight: returns at once).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
 }
 
 }  // namespace tessera::cuda::sm90

@@ -91,10 +91,50 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
       FwdArgs whole = a;
       whole.m_blocks = a.m_blocks - 1;
       whole.num_tiles = whole.m_blocks * a.heads * a.batch;  // (0: a one-block sequence; no launch)
-      launch_forward<T, 64, block_n_for(64, false), false>(whole, num_sms, p.stream);
       FwdArgs tail = a;
       tail.num_tiles = a.heads * a.batch;
-      return launch_forward<T, 64, block_n_for(64, false), false, 0, false, true>(tail, num_sms, p.stream);
+      // The tail launch as the whole one's programmatic dependent (kernel.cuh): its CTAs start on
+      // the SMs the whole blocks' last round leaves, so that round is not split, and with more
+      // tail tiles than SMs they walk from a counter (zeroed here, before the first launch, since
+      // no stream operation may come between the two launches). A split forced by
+      // TESSERA_CUDA_FORWARD_SPLIT_TAIL keeps the two launches one after the other (its merge
+      // kernel would come between them).
+      struct Counter {
+        unsigned int* ptr = nullptr;
+        cudaStream_t stream = nullptr;
+        ~Counter() {
+          if (ptr != nullptr && cudaFreeAsync(ptr, stream) != cudaSuccess) (void)cudaGetLastError();
+        }
+      } counter;
+      counter.stream = static_cast<cudaStream_t>(p.stream);
+      bool overlap = whole.num_tiles > 0 && dispatch::forward_split_tail_override().tiles <= 0;
+      if (overlap && tail.num_tiles > num_sms) {
+        int device = 0;
+        TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+        const cudaMemPool_t pool = scratch_pool(device);
+        const cudaError_t alloc = pool == nullptr ? cudaErrorNotSupported
+                                                  : cudaMallocFromPoolAsync(reinterpret_cast<void**>(&counter.ptr),
+                                                                            sizeof(unsigned int), pool, counter.stream);
+        if (alloc == cudaErrorMemoryAllocation || alloc == cudaErrorNotSupported) {
+          (void)cudaGetLastError();  // no counter: the two launches one after the other
+          counter.ptr = nullptr;
+          overlap = false;
+        } else {
+          TESSERA_CUDA_CHECK(alloc);
+          TESSERA_CUDA_CHECK(cudaMemsetAsync(counter.ptr, 0, sizeof(unsigned int), counter.stream));
+          tail.tile_counter = counter.ptr;
+        }
+      }
+      whole.split_allowed = !overlap;
+      tail.programmatic = overlap;
+      launch_forward<T, 64, block_n_for(64, false), false>(whole, num_sms, p.stream);
+      launch_forward<T, 64, block_n_for(64, false), false, 0, false, true>(tail, num_sms, p.stream);
+      if (counter.ptr != nullptr) {
+        unsigned int* done = counter.ptr;
+        counter.ptr = nullptr;
+        TESSERA_CUDA_CHECK(cudaFreeAsync(done, counter.stream));
+      }
+      return;
     }
   }
   if (masked) return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);

@@ -79,7 +79,7 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   int parts = 1;
   float* split_ws = nullptr;
   if constexpr (!kMasked && !kTailRows) {
-    if (!ragged) {
+    if (!ragged && args.split_allowed) {
       const dispatch::ForwardSplitTail forced = dispatch::forward_split_tail_override();
       const SplitTail plan = forward_split_tail(
           tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN, kBlockN, kHeadDim, forced.tiles,
@@ -111,8 +111,27 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
       }
     }
   }
-  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
-  cudaError_t launched = cudaGetLastError();
+  // The tail-row launch of a pair (launch.cu): its tile counter comes zeroed from the caller, so
+  // its CTAs walk dynamically (those that start in the whole blocks' last round take more tiles).
+  if (kTailRows && args.tile_counter != nullptr) grid = persistent;
+  cudaError_t launched = cudaSuccess;
+  if (args.programmatic) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(Tr::kThreads);
+    cfg.dynamicSmemBytes = Tr::kSmemBytes;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    launched = cudaLaunchKernelEx(&cfg, kernel, run_args);
+    if (launched != cudaSuccess) (void)cudaGetLastError();
+  } else {
+    kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
+    launched = cudaGetLastError();
+  }
   if (launched == cudaSuccess && n_split > 0) {
     const long long threads = n_split * Tr::kBlockM * 32;
     using Out = std::conditional_t<std::is_same_v<T, __nv_fp8_e4m3>, __nv_bfloat16, T>;
