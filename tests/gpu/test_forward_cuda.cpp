@@ -583,37 +583,56 @@ TEST(CudaForward, TailRowLaunchMatchesOracle) {
 
 // The tail-row launch is the whole blocks' programmatic dependent (its CTAs start while the whole
 // blocks' last round runs): whatever follows on the stream must still see both grids' rows. A
-// device-to-device copy of the output queued right after the call, with no synchronisation in
-// between, must hold exactly the output's bytes (the tail grid finishes long before the whole
-// one here: were it not to wait for that grid, the copy would catch poisoned rows). Tail tiles
-// fewer than the SMs, and more (the tail launch's tile counter).
+// device-to-device copy of the output and the LSE queued right after the call, with no
+// synchronisation in between, must hold exactly their bytes, call after call (were the tail grid
+// not to wait for the whole one, a copy would catch poisoned rows of the whole blocks' last round:
+// in the first case that round holds 24 whole tiles of 32 K/V tiles each, and the 64 tail tiles,
+// on 108 idle SMs, end after about a third of it). Tail tiles fewer than the SMs, and more (the
+// tail launch's tile counter).
 TEST(CudaForward, TailRowPairCompletesBeforeTheNextStreamOperation) {
 #if defined(TESSERA_HAS_SM90_KERNELS)
   if (!sm90_forward_runs()) GTEST_SKIP() << "the tail-row launch belongs to the sm90 kernels";
+  int device = 0, sms = 0;
+  TESSERA_TEST_CUDA(cudaGetDevice(&device));
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   auto rng = fresh_rng();
-  for (const CaseSpec& spec : {dense(DType::bf16, 1, 4160, 4160, 32, 8, 64, opts(false)),
-                               dense(DType::f16, 1, 4160, 2000, 136, 8, 64, opts(false))}) {
+  for (const CaseSpec& spec : {dense(DType::bf16, 1, 4096, 4096, 64, 8, 64, opts(false)),
+                               dense(DType::f16, 1, 4096, 2000, 136, 8, 64, opts(false))}) {
     SCOPED_TRACE(spec.name());
+    const int tail_rows = spec.seq_q % 192;
+    ASSERT_TRUE(tail_rows >= 1 && tail_rows <= 64) << "not a tail-row shape";
+    if (spec.heads_q == 136) {
+      EXPECT_GT(spec.heads_q * spec.batch, sms) << "meant to take the tail launch's counter";
+    }
     GpuCase g(spec, rng);
-    g.out.poison(g.host.out);
-    const std::size_t bytes = static_cast<std::size_t>(g.host.out.numel()) * dtype_size(spec.dtype);  // contiguous
+    const std::size_t o_bytes = static_cast<std::size_t>(g.host.out.numel()) * dtype_size(spec.dtype);  // contiguous
+    const std::size_t l_bytes = static_cast<std::size_t>(g.host.lse.numel()) * sizeof(float);
     void* copy = nullptr;
-    TESSERA_TEST_CUDA(cudaMalloc(&copy, bytes));
+    TESSERA_TEST_CUDA(cudaMalloc(&copy, o_bytes + l_bytes));
     cudaStream_t stream = nullptr;
     TESSERA_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     ExecutionContext ctx;
     ctx.stream = stream;
-    AttentionOptions o = g.host.options();
-    o.return_lse = false;
-    attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), Tensor{}, o, ctx);
-    TESSERA_TEST_CUDA(cudaMemcpyAsync(copy, g.out.base(), bytes, cudaMemcpyDeviceToDevice, stream));
-    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
-    std::vector<unsigned char> copied(bytes), written(bytes);
-    TESSERA_TEST_CUDA(cudaMemcpy(copied.data(), copy, bytes, cudaMemcpyDeviceToHost));
-    TESSERA_TEST_CUDA(cudaMemcpy(written.data(), g.out.base(), bytes, cudaMemcpyDeviceToHost));
-    EXPECT_TRUE(copied == written) << "the copy queued after the call saw the output before both grids had finished";
+    std::vector<unsigned char> copied(o_bytes + l_bytes), written(o_bytes + l_bytes);
+    for (int call = 0; call < 12; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      g.out.poison(g.host.out);
+      g.lse.poison(g.host.lse);
+      attention_forward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), g.lse.view(), g.host.options(), ctx);
+      auto* c = static_cast<unsigned char*>(copy);
+      TESSERA_TEST_CUDA(cudaMemcpyAsync(c, g.out.base(), o_bytes, cudaMemcpyDeviceToDevice, stream));
+      TESSERA_TEST_CUDA(cudaMemcpyAsync(c + o_bytes, g.lse.base(), l_bytes, cudaMemcpyDeviceToDevice, stream));
+      TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+      TESSERA_TEST_CUDA(cudaMemcpy(copied.data(), copy, o_bytes + l_bytes, cudaMemcpyDeviceToHost));
+      TESSERA_TEST_CUDA(cudaMemcpy(written.data(), g.out.base(), o_bytes, cudaMemcpyDeviceToHost));
+      TESSERA_TEST_CUDA(cudaMemcpy(written.data() + o_bytes, g.lse.base(), l_bytes, cudaMemcpyDeviceToHost));
+      EXPECT_TRUE(copied == written) << "a copy queued after the call saw the output before both grids had finished";
+      if (copied != written) break;
+    }
     g.out.download(g.host.out);
+    g.lse.download(g.host.lse);
     EXPECT_EQ(g.host.out.count_nan(), 0);
+    EXPECT_EQ(g.host.lse.count_nan(), 0);
     TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
     TESSERA_TEST_CUDA(cudaFree(copy));
   }
@@ -626,6 +645,8 @@ TEST(CudaForward, TailRowPairCompletesBeforeTheNextStreamOperation) {
 // tail rows) replays to the eager call's bits.
 TEST(CudaForward, GraphReplaysOfATailRowCallMatchTheEagerCall) {
   expect_graph_replays_match_the_eager_call(dense(DType::f16, 2, 1000, 1000, 4, 2, 64, opts(false)));
+  // 144 tail tiles: the tail launch's counter (pool allocation, memset, programmatic edge, free)
+  expect_graph_replays_match_the_eager_call(dense(DType::bf16, 2, 1000, 1000, 72, 8, 64, opts(false)));
 }
 
 // TESSERA_CUDA_D64_WARPGROUPS forces two consumer warpgroups (128-row tiles; unmasked calls on the

@@ -320,7 +320,8 @@ __global__ void __launch_bounds__(
   // The head_dim 64 tail-row pair (launch.cu): the whole blocks' launch lets its programmatic
   // dependent, the tail-row launch, be scheduled at once; its CTAs then take the SMs this grid's
   // CTAs leave in the last round (one CTA per SM: they cannot share one). A no-op for a launch
-  // without dependents.
+  // without dependents (every launch of this instance issues it; a caller's kernel launched as
+  // its dependent must griddepcontrol.wait before reading this one's output anyway).
   if constexpr (kHeadDim == 64 && !kMasked && !kFp8 && !kTailRows && kConsumerWGs == 0)
     asm volatile("griddepcontrol.launch_dependents;");
 
@@ -370,14 +371,17 @@ __global__ void __launch_bounds__(
       // (dynamic: whichever CTA is free takes the next tile, in index order, as a grid of one
       // CTA per tile would be scheduled, without a CTA launch per tile).
       // 64-bit sums clamped to num_tiles: no int overflow near the end of a large tile space.
+      // The tail-row launch of a pair (launch.cu) takes every tile from the counter, its first
+      // included: its CTAs start at different times (on the SMs the whole blocks' last round
+      // frees), and a fixed first tile would wait for its CTA to start.
       auto next_tile = [&](int tile) {
         const long long next = a.tile_counter == nullptr
                                    ? static_cast<long long>(tile) + gridDim.x
-                                   : static_cast<long long>(gridDim.x) + atomicAdd(a.tile_counter, 1u);
+                                   : static_cast<long long>(kTailRows ? 0u : gridDim.x) + atomicAdd(a.tile_counter, 1u);
         return static_cast<int>(next < num_tiles ? next : num_tiles);
       };
       // q_round (one Q load per tile) is also the tile ring's position.
-      for (int tile = blockIdx.x;;) {
+      for (int tile = kTailRows && a.tile_counter != nullptr ? next_tile(0) : static_cast<int>(blockIdx.x);;) {
         TileCoords tc;
         while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile)).active) tile = next_tile(tile);
         mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);

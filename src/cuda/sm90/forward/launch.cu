@@ -107,7 +107,14 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
         }
       } counter;
       counter.stream = static_cast<cudaStream_t>(p.stream);
-      bool overlap = whole.num_tiles > 0 && dispatch::forward_split_tail_override().tiles <= 0;
+      // Overlap where the tail tiles can fill the SMs the whole blocks' last round leaves (a tail
+      // tile takes about a third of a whole one: at least half of those SMs covered, a guess the
+      // A/B checks); with fewer, the whole blocks' split tail serves that round better.
+      const int whole_grid = static_cast<int>(std::min<long long>(whole.num_tiles, num_sms));
+      const int left = whole_grid > 0 ? whole.num_tiles % whole_grid : 0;
+      const int idle = num_sms - (left > 0 ? left : whole_grid);  // SMs without a whole tile in the last round
+      bool overlap = whole.num_tiles > 0 && dispatch::forward_split_tail_override().tiles <= 0 &&
+                     2LL * tail.num_tiles >= idle;
       if (overlap && tail.num_tiles > num_sms) {
         int device = 0;
         TESSERA_CUDA_CHECK(cudaGetDevice(&device));

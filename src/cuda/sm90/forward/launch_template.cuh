@@ -111,9 +111,9 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
       }
     }
   }
-  // The tail-row launch of a pair (launch.cu): its tile counter comes zeroed from the caller, so
-  // its CTAs walk dynamically (those that start in the whole blocks' last round take more tiles).
-  if (kTailRows && args.tile_counter != nullptr) grid = persistent;
+  // (The tail-row launch of a pair (launch.cu) brings its tile counter zeroed from the caller:
+  // persistent CTAs walking dynamically, those that start in the whole blocks' last round taking
+  // more tiles; its grid is the persistent one already.)
   cudaError_t launched = cudaSuccess;
   if (args.programmatic) {
     cudaLaunchConfig_t cfg = {};
@@ -128,6 +128,12 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
     cfg.numAttrs = 1;
     launched = cudaLaunchKernelEx(&cfg, kernel, run_args);
     if (launched != cudaSuccess) (void)cudaGetLastError();
+    if (launched == cudaErrorNotSupported) {
+      // No programmatic launch here (a driver or a capture without programmatic edges): the plain
+      // launch is as correct (the kernel's griddepcontrol.wait returns at once), only serial.
+      kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
+      launched = cudaGetLastError();
+    }
   } else {
     kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
     launched = cudaGetLastError();
