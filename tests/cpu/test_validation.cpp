@@ -669,6 +669,21 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
               std::string::npos)
         << e.what();
   }
+  // The sm90 forward's tail-row launch at head_dim 64: on (unset, "1") or off ("0").
+  EXPECT_TRUE(dispatch::parse_forward_tail_rows(nullptr));
+  EXPECT_TRUE(dispatch::parse_forward_tail_rows(""));
+  EXPECT_TRUE(dispatch::parse_forward_tail_rows("1"));
+  EXPECT_FALSE(dispatch::parse_forward_tail_rows("0"));
+  expect_rejected("TESSERA_CUDA_FORWARD_TAIL_ROWS", dispatch::parse_forward_tail_rows,
+                  {"2", "on", "off", "true", " 0", "1 ", "00", "-1"});
+  try {
+    dispatch::parse_forward_tail_rows("on");
+    ADD_FAILURE() << "TESSERA_CUDA_FORWARD_TAIL_ROWS=on accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_FORWARD_TAIL_ROWS: expected 0, 1 or unset, got 'on'"),
+              std::string::npos)
+        << e.what();
+  }
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);

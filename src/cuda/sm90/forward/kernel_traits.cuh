@@ -14,7 +14,8 @@
 // aligned.
 //   head_dim  64: 192 x 128 tiles (3 consumer warpgroups), 4 stages: Q 2 x 24 KB + 4 x (16 + 16) KB = 176 KB;
 //                 unmasked over long sequences 192 x 192 (kPInSmem), 2 stages and P of each warpgroup:
-//                 Q 2 x 24 + 2 x (24 + 24) + 3 x 24 = 216 KB
+//                 Q 2 x 24 + 2 x (24 + 24) + 3 x 24 = 216 KB; the tail-row instance (192 x 128) + 36 KB of
+//                 merge slots = 212 KB
 //   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB (masked too, for long
 //                 causal calls); short unmasked and masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
@@ -107,13 +108,22 @@ constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool long
 // 24 registers and, at head_dim 256, the consumers on 240, enough for O (128), S (64) and P (16)
 // at once: the overlapped schedule instead of the serial one (see kSerialGemms).
 // kMasked_: the instance's (only the masked head_dim 128 x 176 one differs, in its register split).
-template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0, bool kVtOnly_ = false, bool kMasked_ = false>
+// kTailRows_: the tail-row instance (16-bit head_dim 64, unmasked dense): every tile is a
+// sequence's last query block with at most 64 rows inside the sequence (1024 = 5 x 192 + 64),
+// which all consumer warpgroups compute together, each over its share of the K/V tiles, merging
+// the shares in shared memory (kernel.cuh). The main instance then runs only whole query blocks:
+// with three warpgroups, such a block would otherwise have two of them compute 128 rows past
+// the sequence (at 1k, 6 tiles of work for 5.33 tiles of rows).
+template <int kHeadDim_, int kBlockN_, int kElemBytes_ = 2, int kWarpgroups_ = 0, bool kVtOnly_ = false,
+          bool kMasked_ = false, bool kTailRows_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kElemBytes = kElemBytes_;  // 2: f16/bf16, 1: e4m3
   static constexpr bool kFp8 = kElemBytes == 1;
   static constexpr bool kVtOnly = kVtOnly_;
   static_assert(!kVtOnly || kFp8, "V^T-only instances are FP8's");
+  static constexpr bool kTailRows = kTailRows_;
+  static_assert(!kTailRows || (!kFp8 && kHeadDim == 64), "tail-row instances are 16-bit head_dim 64's");
   static_assert((kHeadDim * kElemBytes) % 128 == 0, "head_dim is a whole number of 128-byte panels");
   static constexpr int kConsumerWarpgroups = kWarpgroups_ > 0 ? kWarpgroups_ : consumer_warpgroups_for(kHeadDim, kFp8);
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
@@ -135,7 +145,10 @@ struct FwdTraits {
   // computes each tile's visible K/V range, spilled 16 B around the Q load on 24 registers
   // (ptxas 13.0); 32 + 232 for the consumers, whose O (64) + S (88) + P (44) fit (0 spill).
   static constexpr bool kRoomyProducer = kMasked_ && !kFp8 && kHeadDim == 128 && kBlockN_ == 176;
-  static constexpr int kProducerRegs = kTransposing ? (kHeadDim == 128 ? 32 : 40) : kRoomyProducer ? 32 : 24;
+  // The tail-row instance's producer keeps one more value per tile (24 spilled it): 32, which
+  // three consumer warpgroups of 160 leave (128 x 32 + 384 x 160 = 65,536).
+  static constexpr int kProducerRegs =
+      kTransposing ? (kHeadDim == 128 ? 32 : 40) : kRoomyProducer || kTailRows ? 32 : 24;
   static constexpr int kConsumerRegs =
       kTransposing ? (kHeadDim == 128 ? 160 : 232) : (kConsumerWarpgroups == 3 ? 160 : kRoomyProducer ? 232 : 240);
   static_assert(128 * kProducerRegs + 128 * kConsumerWarpgroups * kConsumerRegs <= 65536, "register file");
@@ -167,6 +180,11 @@ struct FwdTraits {
   static constexpr int kPPanelBytes = 64 * 128;
   static constexpr int kPBytes = kPInSmem ? kBlockN / 64 * kPPanelBytes : 0;
   static_assert(!kPInSmem || kBlockN % 64 == 0, "P: whole 64-key panels");
+  // Tail rows: the merge slots of warpgroups 1.. (kernel.cuh): per thread its head_dim / 2
+  // accumulators, two row maxima and two (thread-partial) row sums, fp32: 18 KB per warpgroup.
+  static constexpr int kMergeSlotBytes = 128 * (kHeadDim / 2 + 4) * 4;
+  static constexpr int kMergeBytes = kTailRows ? (kConsumerWarpgroups - 1) * kMergeSlotBytes : 0;
+  static_assert(!(kPInSmem && kTailRows), "the tail-row instance keeps P in registers");
   // Barriers: Q full and Q empty per Q buffer (and per consumer warpgroup with one buffer:
   // each warpgroup's 64 rows of Q are loaded and given back on their own), tile full and tile
   // empty per slot of the tile ring, then K full / K empty / V full / V empty (/ Vt full / Vt
@@ -177,7 +195,7 @@ struct FwdTraits {
   // either Q layout, 2 x 2 or 1 x W pairs), the tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
   // kernel rounds it up).
   static constexpr int kRingBytes =
-      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + kConsumerWarpgroups * kPBytes +
+      kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + kConsumerWarpgroups * kPBytes + kMergeBytes +
       8 * (4 * kConsumerWarpgroups + kStageBarriers) + 4 * kTileSlots + 1024;
   // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
   // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
@@ -188,7 +206,8 @@ struct FwdTraits {
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kVtOffset = kVOffset + kStages * kVStageBytes;
   static constexpr int kPOffset = kVtOffset + kStages * kVtTileBytes;
-  static constexpr int kBarrierOffset = kPOffset + kConsumerWarpgroups * kPBytes;
+  static constexpr int kMergeOffset = kPOffset + kConsumerWarpgroups * kPBytes;  // 16-byte aligned
+  static constexpr int kBarrierOffset = kMergeOffset + kMergeBytes;
   // Q full / Q empty pairs per buffer: one per consumer warpgroup with one buffer (kernel.cuh).
   static constexpr int kQGroups = kQBuffers == 1 ? kConsumerWarpgroups : 1;
   static constexpr int kQBarriers = 2 * kQBuffers * kQGroups;

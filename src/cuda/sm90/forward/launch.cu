@@ -38,11 +38,13 @@ bool fail(std::string* why, const std::string& what) {
 
 template <int D>
 int smem_bytes_max() {
-  // the masked instance and the unmasked ones for short and long calls (block_n_for; head_dim 128's
-  // long masked instance has the long unmasked one's layout)
+  // the masked instance, the unmasked ones for short and long calls (block_n_for; head_dim 128's
+  // long masked instance has the long unmasked one's layout) and at head_dim 64 the tail-row one
+  // (its merge slots)
   const int a = FwdTraits<D, block_n_for(D, true)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, false)>::kSmemBytes;
   const int c = FwdTraits<D, block_n_for(D, false, false, true)>::kSmemBytes;
-  return std::max(a, std::max(b, c));
+  const int d = D == 64 ? FwdTraits<D, block_n_for(D, false), 2, 0, false, false, D == 64>::kSmemBytes : 0;
+  return std::max({a, b, c, d});
 }
 
 int smem_bytes(int head_dim) {
@@ -79,9 +81,74 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
 }
 
 // block_n: the call's K tile (tile_choice.h), which picks the unmasked instance of short or long
-// calls (the same one at head_dim 256) and head_dim 128's masked one.
+// calls (the same one at head_dim 256) and head_dim 128's masked one. tail_rows:
+// TESSERA_CUDA_FORWARD_TAIL_ROWS (head_dim 64's tail-row launch where it applies; on by default).
 template <typename T, int D>
-void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n) {
+void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n, bool tail_rows) {
+  if constexpr (D == 64) {
+    // Dense unmasked on 128-key tiles (long calls take 192, kShortUnmaskedMaxKeysD64), the last
+    // query block of every sequence at most 64 rows (1024 = 5 x 192 + 64): the whole blocks on the
+    // main instance, then the last blocks on the tail-row instance (kernel_traits.cuh), where all
+    // three consumer warpgroups share their K/V tiles instead of two of them computing rows past
+    // the sequence. A second launch, after the first; the two write disjoint rows.
+    if (tail_rows && !masked && block_n == block_n_for(64, false) && a.cu_seqlens_q == nullptr && a.block_m == 192 &&
+        a.m_blocks >= 1 && a.seq_q - (a.m_blocks - 1) * 192 <= 64) {
+      FwdArgs whole = a;
+      whole.m_blocks = a.m_blocks - 1;
+      whole.num_tiles = whole.m_blocks * a.heads * a.batch;  // (0: a one-block sequence; no launch)
+      FwdArgs tail = a;
+      tail.num_tiles = a.heads * a.batch;
+      // The tail launch as the whole one's programmatic dependent (kernel.cuh): its CTAs start on
+      // the SMs the whole blocks' last round leaves, so that round is not split, and with more
+      // tail tiles than SMs they walk from a counter (zeroed here, before the first launch, since
+      // no stream operation may come between the two launches). A split forced by
+      // TESSERA_CUDA_FORWARD_SPLIT_TAIL keeps the two launches one after the other (its merge
+      // kernel would come between them).
+      struct Counter {
+        unsigned int* ptr = nullptr;
+        cudaStream_t stream = nullptr;
+        ~Counter() {
+          if (ptr != nullptr && cudaFreeAsync(ptr, stream) != cudaSuccess) (void)cudaGetLastError();
+        }
+      } counter;
+      counter.stream = static_cast<cudaStream_t>(p.stream);
+      // Overlap where the tail tiles can fill the SMs the whole blocks' last round leaves (a tail
+      // tile takes about a third of a whole one: at least half of those SMs covered, a guess the
+      // A/B checks); with fewer, the whole blocks' split tail serves that round better.
+      const int whole_grid = static_cast<int>(std::min<long long>(whole.num_tiles, num_sms));
+      const int left = whole_grid > 0 ? whole.num_tiles % whole_grid : 0;
+      const int idle = num_sms - (left > 0 ? left : whole_grid);  // SMs without a whole tile in the last round
+      bool overlap = whole.num_tiles > 0 && dispatch::forward_split_tail_override().tiles <= 0 &&
+                     2LL * tail.num_tiles >= idle;
+      if (overlap && tail.num_tiles > num_sms) {
+        int device = 0;
+        TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+        const cudaMemPool_t pool = scratch_pool(device);
+        const cudaError_t alloc = pool == nullptr ? cudaErrorNotSupported
+                                                  : cudaMallocFromPoolAsync(reinterpret_cast<void**>(&counter.ptr),
+                                                                            sizeof(unsigned int), pool, counter.stream);
+        if (alloc == cudaErrorMemoryAllocation || alloc == cudaErrorNotSupported) {
+          (void)cudaGetLastError();  // no counter: the two launches one after the other
+          counter.ptr = nullptr;
+          overlap = false;
+        } else {
+          TESSERA_CUDA_CHECK(alloc);
+          TESSERA_CUDA_CHECK(cudaMemsetAsync(counter.ptr, 0, sizeof(unsigned int), counter.stream));
+          tail.tile_counter = counter.ptr;
+        }
+      }
+      whole.split_allowed = !overlap;
+      tail.programmatic = overlap;
+      launch_forward<T, 64, block_n_for(64, false), false>(whole, num_sms, p.stream);
+      launch_forward<T, 64, block_n_for(64, false), false, 0, false, true>(tail, num_sms, p.stream);
+      if (counter.ptr != nullptr) {
+        unsigned int* done = counter.ptr;
+        counter.ptr = nullptr;
+        TESSERA_CUDA_CHECK(cudaFreeAsync(done, counter.stream));
+      }
+      return;
+    }
+  }
   if (masked) {
     if constexpr (D == 64) {
       if (a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
@@ -112,7 +179,8 @@ void launch_fp8_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked
 }
 
 template <typename T>
-void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n) {
+void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n,
+                         bool tail_rows) {
   if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
     if (p.head_dim == 128) return launch_fp8_for_mask<128>(a, p, masked, num_sms);
     if (p.head_dim == 256) return launch_fp8_for_mask<256>(a, p, masked, num_sms);
@@ -120,9 +188,9 @@ void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked
                 "sm90 fp8 forward: head_dim: expected 128 or 256, got " + std::to_string(p.head_dim));
   }
   switch (p.head_dim) {
-    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms, block_n);
-    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms, block_n);
-    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms, block_n);
+    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms, block_n, tail_rows);
+    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms, block_n, tail_rows);
+    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms, block_n, tail_rows);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -170,7 +238,8 @@ bool run_forward(const AttentionParams& p) {
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
   const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
   // The instance (tile_choice.h): tile rows, K/V tile keys, masked or not. The knobs
-  // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_FORWARD_KEY_TILE) are read, and checked, on every call.
+  // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_FORWARD_KEY_TILE, TESSERA_CUDA_FORWARD_TAIL_ROWS) are read,
+  // and checked, on every call.
   const bool windowed = p.mask.window_left >= 0 || p.mask.window_right >= 0;
   const FwdTileChoice tiles_of_call = forward_tile_choice(p.head_dim, fp8, masked, mean_keys,
                                                           dispatch::d64_warpgroups_override(),
@@ -179,6 +248,7 @@ bool run_forward(const AttentionParams& p) {
   const int block_m = tiles_of_call.block_m;
   const int block_n = tiles_of_call.block_n;
   const std::uint32_t box_n = static_cast<std::uint32_t>(block_n);
+  const bool tail_rows = dispatch::forward_tail_rows_override();
   FwdArgs a;
   try {
     // Q boxes of one warpgroup's rows (kQBoxRows, kernel_traits.cuh), the tile's block_m rows in all.
@@ -287,14 +357,14 @@ bool run_forward(const AttentionParams& p) {
                                                     p.head_dim, vt.ptr, vt.stream));
       }
     }
-    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms, block_n);
+    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms, block_n, tail_rows);
     if (vt.ptr != nullptr) {
       void* ws = vt.ptr;
       vt.ptr = nullptr;
       TESSERA_CUDA_CHECK(cudaFreeAsync(ws, vt.stream));
     }
-  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms, block_n);
-  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms, block_n);
+  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms, block_n, tail_rows);
+  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms, block_n, tail_rows);
   return true;
 }
 
