@@ -169,7 +169,8 @@ inline int parse_d64_warpgroups(const char* value) {
 // TESSERA_CUDA_FORWARD_KEY_TILE (a measurement and test knob of the sm90 forward, fp16 / bf16:
 // unmasked calls at head_dim 64 on three consumer warpgroups, unmasked and causal (windowless)
 // calls at head_dim 128; see src/cuda/sm90/forward/tile_choice.h): unset or empty: the host rule
-// (each such call's short-key tile up to 2048 keys on average, its long-key tile above); "short":
+// (each such call's short-key tile up to 2048 keys on average, 4096 for causal head_dim 128, its
+// long-key tile above); "short":
 // the short-key tile (128 keys; unmasked head_dim 128: with two Q buffers) for every such call;
 // "long": the long-key tile (head_dim 64: 192 keys with P through shared memory; 128: 176 keys).
 // Other calls ignore it. Anything else throws.
