@@ -110,8 +110,9 @@ inline int parse_backward_tail_pieces(const char* value) {
 // never; "n": the last n tiles, n in [1, 2^20], of any dense unmasked launch in two parts;
 // "n:k": in k parts, k in [2, 8] (masked and ragged launches never split, nor head_dim 64's
 // tail-row launch, whose last blocks' tiles it never reaches; the whole blocks' launch of a
-// head_dim 64 tail-row pair splits only when n >= 1 forces it, the tail launch otherwise filling
-// its last round). Anything else throws.
+// head_dim 64 tail-row pair does not split by the rule where the tail launch overlaps its last
+// round (launch.cu), while n >= 1 always splits it and keeps the two launches one after the
+// other). Anything else throws.
 struct ForwardSplitTail {
   int tiles = -1;
   int parts = 2;
@@ -186,7 +187,8 @@ inline ForwardKeyTile parse_forward_key_tile(const char* value) {
 }
 
 // TESSERA_CUDA_FORWARD_TAIL_ROWS (a measurement and test knob of the sm90 forward at head_dim 64,
-// fp16 / bf16, dense unmasked calls whose last 192-row query block holds at most 64 rows; see
+// fp16 / bf16, dense unmasked calls on 128-key tiles (up to 2048 keys on average, or with
+// TESSERA_CUDA_FORWARD_KEY_TILE=short) whose last 192-row query block holds at most 64 rows; see
 // launch.cu): unset, empty or "1": those last blocks run on the tail-row instance (every consumer
 // warpgroup on the same rows over its share of the K/V tiles); "0": on the main instance with the
 // whole blocks. Anything else throws.

@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(
   // CTAs leave in the last round (one CTA per SM: they cannot share one). A no-op for a launch
   // without dependents (every launch of this instance issues it; a caller's kernel launched as
   // its dependent must griddepcontrol.wait before reading this one's output anyway).
-  if constexpr (kHeadDim == 64 && !kMasked && !kFp8 && !kTailRows && kConsumerWGs == 0)
+  if constexpr (kHeadDim == 64 && kBlockN == 128 && !kMasked && !kFp8 && !kTailRows && kConsumerWGs == 0)
     asm volatile("griddepcontrol.launch_dependents;");
 
   if (threadIdx.x == 0) {
