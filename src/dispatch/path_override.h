@@ -108,9 +108,11 @@ inline int parse_backward_tail_pieces(const char* value) {
 // TESSERA_CUDA_FORWARD_SPLIT_TAIL (a measurement and test knob of the sm90 forward's split tail,
 // src/cuda/sm90/forward/split_tail_plan.h): unset or empty: tiles -1 (the host rule decides); 0:
 // never; "n": the last n tiles, n in [1, 2^20], of any dense unmasked launch in two parts;
-// "n:k": in k parts, k in [2, 8] (masked and ragged launches never split, nor 16-bit head_dim 128
-// launches of at most 2048 keys, which take the masked instance). Anything else
-// throws.
+// "n:k": in k parts, k in [2, 8] (masked and ragged launches never split, nor head_dim 64's
+// tail-row launch, whose last blocks' tiles it never reaches; the whole blocks' launch of a
+// head_dim 64 tail-row pair does not split by the rule where the tail launch overlaps its last
+// round (launch.cu), while n >= 1 always splits it and keeps the two launches one after the
+// other). Anything else throws.
 struct ForwardSplitTail {
   int tiles = -1;
   int parts = 2;
@@ -157,14 +159,44 @@ inline Fp8VTranspose parse_fp8_v_transpose(const char* value) {
 // TESSERA_CUDA_D64_WARPGROUPS (a measurement knob of the sm90 forward at head_dim 64, fp16 / bf16,
 // src/cuda/sm90/forward/launch.cu): unset or empty: 0 (the host rule: two consumer warpgroups,
 // 128-row tiles, for masked calls of at most kTwoWarpgroupMaxKeysD64 keys on average, three,
-// 192-row tiles, otherwise); 2: two for every call (unmasked ones on the masked instance, as short
-// unmasked head_dim 128 calls run); 3: three for every call. Anything else throws.
+// 192-row tiles, otherwise); 2: two for every call (unmasked ones on the masked instance, whose
+// tiles are then all unmasked but the tail); 3: three for every call. Anything else throws.
 inline int parse_d64_warpgroups(const char* value) {
   if (value == nullptr || *value == '\0') return 0;
   if (std::strcmp(value, "2") == 0) return 2;
   if (std::strcmp(value, "3") == 0) return 3;
   throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_D64_WARPGROUPS",
               std::string("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '") + value + "'");
+}
+
+// TESSERA_CUDA_FORWARD_KEY_TILE (a measurement and test knob of the sm90 forward, fp16 / bf16:
+// unmasked calls at head_dim 64 on three consumer warpgroups, unmasked and causal (windowless)
+// calls at head_dim 128; see src/cuda/sm90/forward/tile_choice.h): unset or empty: the host rule
+// (each such call's short-key tile up to 2048 keys on average, 4096 for causal head_dim 128, its
+// long-key tile above; head_dim 64's tail-row launch runs with the short one only); "short":
+// the short-key tile (128 keys; unmasked head_dim 128: with two Q buffers) for every such call;
+// "long": the long-key tile (head_dim 64: 192 keys with P through shared memory; 128: 176 keys).
+// Other calls ignore it. Anything else throws.
+enum class ForwardKeyTile { automatic, short_keys, long_keys };
+inline ForwardKeyTile parse_forward_key_tile(const char* value) {
+  if (value == nullptr || *value == '\0') return ForwardKeyTile::automatic;
+  if (std::strcmp(value, "short") == 0) return ForwardKeyTile::short_keys;
+  if (std::strcmp(value, "long") == 0) return ForwardKeyTile::long_keys;
+  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FORWARD_KEY_TILE",
+              std::string("TESSERA_CUDA_FORWARD_KEY_TILE: expected 'short', 'long' or unset, got '") + value + "'");
+}
+
+// TESSERA_CUDA_FORWARD_TAIL_ROWS (a measurement and test knob of the sm90 forward at head_dim 64,
+// fp16 / bf16, dense unmasked calls on 128-key tiles (up to 2048 keys on average, or with
+// TESSERA_CUDA_FORWARD_KEY_TILE=short) whose last 192-row query block holds at most 64 rows; see
+// launch.cu): unset, empty or "1": those last blocks run on the tail-row instance (every consumer
+// warpgroup on the same rows over its share of the K/V tiles); "0": on the main instance with the
+// whole blocks. Anything else throws.
+inline bool parse_forward_tail_rows(const char* value) {
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "1") == 0) return true;
+  if (std::strcmp(value, "0") == 0) return false;
+  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_FORWARD_TAIL_ROWS",
+              std::string("TESSERA_CUDA_FORWARD_TAIL_ROWS: expected 0, 1 or unset, got '") + value + "'");
 }
 
 inline ForwardPath forward_path_override() { return parse_forward_path(std::getenv("TESSERA_CUDA_FORWARD")); }
@@ -181,6 +213,10 @@ inline int backward_tail_pieces_override() {
   return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));
 }
 inline int d64_warpgroups_override() { return parse_d64_warpgroups(std::getenv("TESSERA_CUDA_D64_WARPGROUPS")); }
+inline ForwardKeyTile forward_key_tile_override() {
+  return parse_forward_key_tile(std::getenv("TESSERA_CUDA_FORWARD_KEY_TILE"));
+}
+inline bool forward_tail_rows_override() { return parse_forward_tail_rows(std::getenv("TESSERA_CUDA_FORWARD_TAIL_ROWS")); }
 inline bool batch_decode_claims_override() {
   return parse_batch_decode_claims(std::getenv("TESSERA_CUDA_BATCH_DECODE_CLAIMS"));
 }

@@ -655,6 +655,36 @@ TEST(Validation, CudaPathOverridesRefuseUnknownValues) {
     EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
         << e.what();
   }
+  // K tile of the sm90 forward's unmasked head_dim 64 / 128 calls: the host rule (unset), short, long.
+  EXPECT_EQ(dispatch::parse_forward_key_tile(nullptr), dispatch::ForwardKeyTile::automatic);
+  EXPECT_EQ(dispatch::parse_forward_key_tile(""), dispatch::ForwardKeyTile::automatic);
+  EXPECT_EQ(dispatch::parse_forward_key_tile("short"), dispatch::ForwardKeyTile::short_keys);
+  EXPECT_EQ(dispatch::parse_forward_key_tile("long"), dispatch::ForwardKeyTile::long_keys);
+  expect_rejected("TESSERA_CUDA_FORWARD_KEY_TILE", dispatch::parse_forward_key_tile,
+                  {"128", "192", "Short", "LONG", "short ", " long", "wide", "auto", "0"});
+  try {
+    dispatch::parse_forward_key_tile("192");
+    ADD_FAILURE() << "TESSERA_CUDA_FORWARD_KEY_TILE=192 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_FORWARD_KEY_TILE: expected 'short', 'long' or unset, got '192'"),
+              std::string::npos)
+        << e.what();
+  }
+  // The sm90 forward's tail-row launch at head_dim 64: on (unset, "1") or off ("0").
+  EXPECT_TRUE(dispatch::parse_forward_tail_rows(nullptr));
+  EXPECT_TRUE(dispatch::parse_forward_tail_rows(""));
+  EXPECT_TRUE(dispatch::parse_forward_tail_rows("1"));
+  EXPECT_FALSE(dispatch::parse_forward_tail_rows("0"));
+  expect_rejected("TESSERA_CUDA_FORWARD_TAIL_ROWS", dispatch::parse_forward_tail_rows,
+                  {"2", "on", "off", "true", " 0", "1 ", "00", "-1"});
+  try {
+    dispatch::parse_forward_tail_rows("on");
+    ADD_FAILURE() << "TESSERA_CUDA_FORWARD_TAIL_ROWS=on accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_FORWARD_TAIL_ROWS: expected 0, 1 or unset, got 'on'"),
+              std::string::npos)
+        << e.what();
+  }
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);

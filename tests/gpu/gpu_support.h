@@ -167,6 +167,7 @@ struct SplitCase {
   const char* knob;
   long long tiles;
   int parts;
+  long long fewer_than_tiles = 0;  // > 0: the workspace must stay below this many tiles' worth
 };
 
 // Sets an environment variable for a scope and restores what was there.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm90/fence.cuh"
 #include "cuda/primitives/sm90/mbarrier.cuh"
@@ -24,6 +25,7 @@
 #include "cuda/primitives/sm90/tensor_map.h"
 #include "cuda/primitives/sm90/tma.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
+#include "cuda/sm90/common/weights_smem.cuh"
 #include "gpu/gpu_support.h"
 
 namespace tessera::testing {
@@ -386,6 +388,8 @@ TEST(PrimitivesSm90, WgmmaSsM64N32F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<
 TEST(PrimitivesSm90, WgmmaSsM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 64>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 64>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 128>(); }
+TEST(PrimitivesSm90, WgmmaSsM64N192Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 192>(); }
+TEST(PrimitivesSm90, WgmmaSsM64N192F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__half, 192>(); }
 TEST(PrimitivesSm90, WgmmaSsM64N256Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss<__nv_bfloat16, 256>(); }
 
 // SS with an MN-major B: A (64 x 64) written K-major at the swizzled positions, B as its 64 K rows
@@ -440,6 +444,79 @@ TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N64Bf16) { TESSERA_REQUIRE_SM90(); check_
 TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N64F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__half, 64>(); }
 TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N128Bf16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__nv_bfloat16, 128>(); }
 TEST(PrimitivesSm90, WgmmaSsMnMajorBM64N128F16) { TESSERA_REQUIRE_SM90(); check_wgmma_ss_mn<__half, 128>(); }
+
+// P through shared memory (the sm90 forward's wide head_dim 64 instance): each thread holds a
+// 64 x 192 P in the accumulator layout (fp32), pack_weights makes the 16-bit A fragments,
+// store_weights_smem (src/cuda/sm90/common/weights_smem.cuh) stores them by stmatrix into a K-major
+// 128-byte swizzled buffer, and O = P V runs as the forward runs it: 12 k16 steps with A from
+// that buffer (panel kt / 4, + 32 (kt % 4) bytes) and V MN-major (192 keys x 64 columns, 2048 bytes
+// per step). Small integers: exact in 16 bits and in the fp32 sums, so the result is compared exactly.
+constexpr int kPKeys = 192;
+float p_value(int m, int k) { return static_cast<float>((m * 3 + k * 5) % 9 - 4); }
+float v_value(int k, int d) { return static_cast<float>((k * 7 + d * 3) % 7 - 3); }
+
+template <typename T>
+__global__ void p_smem_pv_kernel(const float* psrc, const float* vsrc, float* c) {
+  unsigned char* p_tile = smem_1024();
+  unsigned char* v_tile = p_tile + 64 * kPKeys * 2;  // 24576: still 1024-aligned
+  auto* v16 = reinterpret_cast<T*>(v_tile);
+  for (int i = threadIdx.x; i < kPKeys * 64; i += blockDim.x) {
+    const int k = i / 64, d = i % 64;  // vsrc: 192 keys x 64 columns, row-major (as TMA loads V)
+    if constexpr (Traits<T>::is_bf16) v16[swz128(k, d)] = __float2bfloat16(vsrc[i]);
+    else v16[swz128(k, d)] = __float2half(vsrc[i]);
+  }
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+  float s[kPKeys / 8][4];
+#pragma unroll
+  for (int j = 0; j < kPKeys / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = psrc[(16 * warp + g + 8 * (e >> 1)) * kPKeys + 8 * j + 2 * q + (e & 1)];
+  std::uint32_t p[kPKeys / 16][4];
+  cuda::pack_weights<T, kPKeys>(s, p);
+  sm90::store_weights_smem<kPKeys>(sm90::smem_u32(p_tile), p, warp, lane);
+  sm90::fence_proxy_async_shared_cta();
+  __syncthreads();
+  float o[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o[i] = 5.0f;  // ignored (the first step does not accumulate)
+  sm90::wgmma_fence();
+  const std::uint64_t dp = sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(p_tile));
+  const std::uint64_t dv = sm90::make_smem_desc_sw128_mnmajor(sm90::smem_u32(v_tile), kPKeys * 128);
+#pragma unroll
+  for (int kt = 0; kt < kPKeys / 16; ++kt)
+    sm90::wgmma_ss<64, Traits<T>::is_bf16, true>(o, sm90::smem_desc_advance(dp, (kt / 4) * 64 * 128 + 32u * (kt % 4)),
+                                                 sm90::smem_desc_advance(dv, 2048u * kt), kt > 0);
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::wgmma_fence_operand(o);
+  store_accumulators<64>(o, c, t, 0);
+}
+
+template <typename T>
+void check_p_smem_pv() {
+  std::vector<float> pm(64 * kPKeys), vm(kPKeys * 64), want(64 * 64, 0.0f);
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < kPKeys; ++k) pm[m * kPKeys + k] = p_value(m, k);
+  for (int k = 0; k < kPKeys; ++k)
+    for (int d = 0; d < 64; ++d) vm[k * 64 + d] = v_value(k, d);
+  for (int m = 0; m < 64; ++m)
+    for (int d = 0; d < 64; ++d)
+      for (int k = 0; k < kPKeys; ++k) want[m * 64 + d] += pm[m * kPKeys + k] * vm[k * 64 + d];
+  DeviceBuffer<float> dp(pm), dv(vm), dc(64 * 64);
+  constexpr int kSmem = 2 * 64 * kPKeys * 2 + 1024;  // P and V, 24 KB each: past the 48 KB default
+  TESSERA_TEST_CUDA(cudaFuncSetAttribute(p_smem_pv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  p_smem_pv_kernel<T><<<1, 128, kSmem>>>(dp.get(), dv.get(), dc.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const std::vector<float> got = dc.read();
+  int bad = 0;
+  for (int i = 0; i < 64 * 64; ++i)
+    if (got[i] != want[i] && ++bad <= 10)
+      ADD_FAILURE() << Traits<T>::name << " row " << i / 64 << " col " << i % 64 << ": got " << got[i] << ", want " << want[i];
+  EXPECT_EQ(bad, 0) << Traits<T>::name;
+}
+
+TEST(PrimitivesSm90, WeightsThroughSharedMemoryPvBf16) { TESSERA_REQUIRE_SM90(); check_p_smem_pv<__nv_bfloat16>(); }
+TEST(PrimitivesSm90, WeightsThroughSharedMemoryPvF16) { TESSERA_REQUIRE_SM90(); check_p_smem_pv<__half>(); }
 
 // The four k16 A fragments (documented register layout) of a 64 x 64 row-major float A, for
 // thread t of the warpgroup.

@@ -292,6 +292,25 @@ __device__ __forceinline__ void wgmma_ss_m64n176k16_f16(float (&d)[88], std::uin
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+#define TESSERA_WGMMA_D192 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define TESSERA_WGMMA_DREGS192 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+// N 192: head_dim 64's wide K tiles (kernel_traits.cuh: P through shared memory).
+__device__ __forceinline__ void wgmma_ss_m64n192k16_bf16(float (&d)[96], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " TESSERA_WGMMA_DREGS192 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
+      : TESSERA_WGMMA_D192
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_ss_m64n192k16_f16(float (&d)[96], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " TESSERA_WGMMA_DREGS192 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
+      : TESSERA_WGMMA_D192
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
 __device__ __forceinline__ void wgmma_ss_m64n128k32_e4m3(float (&d)[64], std::uint64_t da, std::uint64_t db, std::uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -325,6 +344,8 @@ __device__ __forceinline__ void wgmma_rs_m64n256k32_e4m3(float (&d)[128], const 
 #undef TESSERA_WGMMA_DREGS80
 #undef TESSERA_WGMMA_D176
 #undef TESSERA_WGMMA_DREGS176
+#undef TESSERA_WGMMA_D192
+#undef TESSERA_WGMMA_DREGS192
 #undef TESSERA_WGMMA_DREGS64
 #undef TESSERA_WGMMA_D128
 #undef TESSERA_WGMMA_DREGS128
@@ -334,7 +355,7 @@ __device__ __forceinline__ void wgmma_rs_m64n256k32_e4m3(float (&d)[128], const 
 }  // namespace detail
 
 // D(64 x N) = A * B (+ D when accumulate), A and B from shared memory (descriptors da, db).
-// N in {32, 64, 80, 128, 176, 256} (80 and 176: K tiles of the attention kernels; 32: the
+// N in {32, 64, 80, 128, 176, 192, 256} (80, 176, 192: K tiles of the attention kernels; 32: the
 // backward's S^T at head_dim 256); kBf16: true = bf16
 // operands, false = f16. `accumulate` false ignores the
 // prior contents of d (use it for the first k step instead of zeroing d). kBMnMajor (N 64 or
@@ -345,8 +366,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, st
   const std::uint32_t scale_d = accumulate ? 1u : 0u;
   constexpr int kTransB = kBMnMajor ? 1 : 0;
   static_assert(!kBMnMajor || N == 64 || N == 128, "wgmma_ss: MN-major B for N in {64, 128} (add as needed)");
-  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176 || N == 256,
-                "wgmma_ss: N in {32, 64, 80, 128, 176, 256} (add instantiations as needed)");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176 || N == 192 || N == 256,
+                "wgmma_ss: N in {32, 64, 80, 128, 176, 192, 256} (add instantiations as needed)");
   if constexpr (N == 32) {
     if constexpr (kBf16) detail::wgmma_ss_m64n32k16_bf16(d, da, db, scale_d);
     else detail::wgmma_ss_m64n32k16_f16(d, da, db, scale_d);
@@ -356,6 +377,9 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, st
   } else if constexpr (N == 176) {
     if constexpr (kBf16) detail::wgmma_ss_m64n176k16_bf16(d, da, db, scale_d);
     else detail::wgmma_ss_m64n176k16_f16(d, da, db, scale_d);
+  } else if constexpr (N == 192) {
+    if constexpr (kBf16) detail::wgmma_ss_m64n192k16_bf16(d, da, db, scale_d);
+    else detail::wgmma_ss_m64n192k16_f16(d, da, db, scale_d);
   } else if constexpr (N == 64) {
     if constexpr (kBf16) detail::wgmma_ss_m64n64k16_bf16<kTransB>(d, da, db, scale_d);
     else detail::wgmma_ss_m64n64k16_f16<kTransB>(d, da, db, scale_d);

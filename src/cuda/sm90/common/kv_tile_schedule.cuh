@@ -37,7 +37,9 @@ __device__ __forceinline__ void end_softmax_block(const math::OnlineSoftmaxRow (
 //   weights(i)                  mask + online softmax of tile i's S (into weights, alpha)
 //   pin()                       keeps the softmax above the next wait (end_softmax_block), or nothing
 //   rescale()                   O *= alpha
-//   pack()                      P = the weights as the A fragments of P V
+//   pack()                      P = the weights as the A fragments of P V (or stored where P V
+//                               reads them: pack always runs after the warp's wait for the
+//                               previous P V, and the next take_turn orders it before the next)
 //   release_k(stage), release_v(stage)   give a ring stage back to the producer
 //   k_full(stage), pv_full(stage)        the barriers that say a K tile / a P V operand is ready
 template <class TakeTurn, class PassTurn, class IssueQK, class IssuePV, class Weights, class Pin, class Rescale,
@@ -119,6 +121,52 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, floa
   wgmma_fence_operand(o);
   op.release_v(last);
   ++it;
+}
+
+// One warpgroup's share of a Q tile that every warpgroup computes on the same rows (the sm90
+// forward's tail-row instance, kernel.cuh): of the n_tiles (>= 0) K/V tiles at ring positions
+// it .. it + n_tiles - 1 (`it` is advanced by n_tiles), it computes first, first + stride, ...
+// and only waits for and gives back the others, since the ring's empty barriers count every
+// consumer warp. No turns: the warpgroups run different tiles at once, and one's softmax runs
+// under another's GEMMs. Serial per tile (S, softmax, P V), so that a warpgroup holds one ring
+// stage at a time and the three shares fit a ring of 4 stages together: the overlapped order
+// holds two per warpgroup (the next K with the last V), which starved the ring (measured: the
+// tail-row launch as slow as a whole tile). No deadlock: a warpgroup gives tiles back in ring
+// order and, while it waits, holds only the tile it computes, so the earliest tile still held
+// is always finished and the producer refills its stage.
+template <int S, class Ops, int kS, int kO>
+__device__ __forceinline__ void run_kv_share(int n_tiles, int first, int stride, int& it, Ops& op, float (&s)[kS],
+                                             float (&o)[kO]) {
+  const int end = it + n_tiles;
+  int pos = it;  // the next ring position this warpgroup has not given back
+  auto skip_to = [&](int target) {  // tiles of the other warpgroups' shares
+    for (; pos < target; ++pos) {
+      mbarrier_wait_parity(op.k_full(pos % S), (pos / S) & 1);
+      op.release_k(pos % S);
+      mbarrier_wait_parity(op.pv_full(pos % S), (pos / S) & 1);
+      op.release_v(pos % S);
+    }
+  };
+  for (int i = first; i < n_tiles; i += stride) {
+    skip_to(it + i);
+    const int stage = pos % S, phase = (pos / S) & 1;
+    mbarrier_wait_parity(op.k_full(stage), phase);
+    op.issue_qk(stage);
+    wgmma_wait<0>();
+    wgmma_fence_operand(s);
+    op.release_k(stage);
+    op.weights(i);
+    if (i != first) op.rescale();  // O is still zero before the first
+    op.pack();
+    mbarrier_wait_parity(op.pv_full(stage), phase);
+    op.issue_pv(stage);
+    wgmma_wait<0>();
+    wgmma_fence_operand(o);
+    op.release_v(stage);
+    ++pos;
+  }
+  skip_to(end);
+  it = end;
 }
 
 }  // namespace tessera::cuda::sm90

@@ -45,6 +45,8 @@ struct FwdArgs {
   Descale q_descale, k_descale, v_descale;
   // The grid's work: m_blocks x heads x batch tiles of kBlockM query rows; CTA i takes tile i
   // first, then i + gridDim.x, ... or the counter's next (tile_coords in kernel.cuh gives the order).
+  // With the head_dim 64 tail-row launch (launch.cu) the whole blocks' launch counts m_blocks - 1
+  // per (head, sequence) and the tail launch one tile per (head, sequence), its last block.
   int m_blocks = 0;
   int block_m = 0;  // query rows per tile (the instance's; host-side choice of the instance)
   int heads = 0;
@@ -58,7 +60,7 @@ struct FwdArgs {
   // Keys per sequence, on average (dense: seq_k; ragged: total_k / batch): the launch walks
   // dynamically only where tiles are short (launch_template.cuh).
   std::int64_t mean_keys = 0;
-  // m_blocks x heads x batch (x heads when ragged_virtual), computed on the host: read from the parameter bank where the
+  // m_blocks x heads x batch (x heads when ragged_virtual; the tail-row launches: see m_blocks), computed on the host: read from the parameter bank where the
   // kernel needs it (a product computed in the kernel stayed live across setmaxnreg and spilled).
   int num_tiles = 0;
   // Split tail (dense, unmasked; launch_template.cuh, split_tail_plan.h): tiles from
@@ -71,13 +73,22 @@ struct FwdArgs {
   int split_parts = 2;
   float* split_o = nullptr;
   float* split_lse = nullptr;
+  // Host only (launch_template.cuh; last, so that the kernel's parameter offsets stay as they
+  // were). split_allowed: whether the launch may split its tail; programmatic: launched as the
+  // programmatic dependent of the launch just before it on the stream. The head_dim 64 tail-row
+  // pair (launch.cu) sets both: the whole blocks' launch leaves its last round to the tail
+  // launch, whose CTAs take the SMs that round leaves free (walking from a tile_counter the caller
+  // zeroed before the first launch).
+  bool split_allowed = true;
+  bool programmatic = false;
 };
 
 // One instance per (dtype, head dim, K tile width, mask kind, consumer warpgroups: 0 = the head
-// dim's default, V^T-only: FP8 launches with vt_global, kernel_traits.cuh), defined in
-// instance_*.cu; a grid of min(tiles, num_sms) persistent CTAs (launch_template.cuh says when one
-// per tile).
-template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false>
+// dim's default, V^T-only: FP8 launches with vt_global, tail rows: head_dim 64's last query
+// blocks of at most 64 rows, kernel_traits.cuh), defined in instance_*.cu; a grid of
+// min(tiles, num_sms) persistent CTAs (launch_template.cuh says when one per tile).
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false,
+          bool kTailRows = false>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream);
 
 }  // namespace tessera::cuda::sm90

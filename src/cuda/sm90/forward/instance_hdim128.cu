@@ -1,4 +1,6 @@
-// sm90 forward instances for head_dim 128 (f16, bf16; unmasked and masked).
+// sm90 forward instances for head_dim 128 (f16, bf16; unmasked on 176-key tiles and, up to
+// kShortUnmaskedMaxKeysD128 keys, 128-key tiles; masked on 128-key tiles and, for long causal
+// calls, 176-key tiles).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -7,6 +9,11 @@
 namespace tessera::cuda::sm90 {
 template void launch_forward<__half, 128, 176, false>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 128, 176, false>(const FwdArgs&, int, void*);
+template void launch_forward<__half, 128, 128, false>(const FwdArgs&, int, void*);
+template void launch_forward<__nv_bfloat16, 128, 128, false>(const FwdArgs&, int, void*);
 template void launch_forward<__half, 128, 128, true>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 128, 128, true>(const FwdArgs&, int, void*);
+// Long causal problems: 176-key tiles (kShortCausalMaxKeysD128).
+template void launch_forward<__half, 128, 176, true>(const FwdArgs&, int, void*);
+template void launch_forward<__nv_bfloat16, 128, 176, true>(const FwdArgs&, int, void*);
 }  // namespace tessera::cuda::sm90

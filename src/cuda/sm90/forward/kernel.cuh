@@ -38,6 +38,7 @@
 #include "cuda/primitives/sm90/tma.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
 #include "cuda/sm90/common/kv_tile_schedule.cuh"
+#include "cuda/sm90/common/weights_smem.cuh"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/kernel_traits.cuh"
 #include "math/mask.h"
@@ -47,9 +48,14 @@
 namespace tessera::cuda::sm90 {
 
 // Named barrier ids (0 is __syncthreads): one per consumer warpgroup (up to 3) for its
-// epilogue, and one per consumer warpgroup for its turn at the tensor cores (pingpong).
+// epilogue (and, with P through shared memory, before each tile's P stores), and one per
+// consumer warpgroup for its turn at the tensor cores (pingpong).
 constexpr std::uint32_t kEpilogueBarrier0 = 1;
 constexpr std::uint32_t kTurnBarrier0 = 4;
+// The tail-row instance's merge (every consumer thread): warpgroups 1.. have left their shares in
+// the merge slots (full), and warpgroup 0 has read the previous tile's (empty).
+constexpr std::uint32_t kMergeFullBarrier = 7;
+constexpr std::uint32_t kMergeEmptyBarrier = 8;
 
 // One box of a tile: rank 4 (dense: column, row, head, sequence) or 3 (ragged: column, packed
 // row, head).
@@ -173,7 +179,8 @@ struct TileCoords {
 };
 
 // kSplit: the launch may split its last round's tiles (FwdArgs::split_begin); dense only.
-template <int BM, int BN, bool kMasked, bool kSplit = false>
+// kTailRows: tile t is the last query block of (head, sequence) t (the tail-row instance).
+template <int BM, int BN, bool kMasked, bool kSplit = false, bool kTailRows = false>
 __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   TileCoords c;
   if constexpr (kSplit) {
@@ -184,8 +191,8 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
       tile = a.split_begin + c.split;
     }
   }
-  const int head_seq = tile / a.m_blocks;
-  const int m_block = a.m_blocks - 1 - tile % a.m_blocks;
+  const int head_seq = kTailRows ? tile : tile / a.m_blocks;
+  const int m_block = kTailRows ? a.m_blocks - 1 : a.m_blocks - 1 - tile % a.m_blocks;
   if (!a.ragged_virtual) c.m0 = m_block * BM;  // (a virtual block index times BM may not fit an int)
   c.head = head_seq % a.heads;
   c.seq = head_seq / a.heads;
@@ -230,16 +237,21 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 // descales, P scaled by 2^8 into e4m3 range and rounded, V^T either loaded by TMA from the pass
 // of fp8_v_transpose.h (FwdArgs::vt_global) or transposed in shared memory by three producer
 // warps, bf16 output). kVtOnly: an FP8 instance for vt_global launches only (kernel_traits.cuh).
-template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false>
+// kTailRows: the tail-row instance (kernel_traits.cuh): tile t is the last query block of
+// (head, sequence) t, at most 64 rows inside the sequence, which every consumer warpgroup
+// computes over its own share of the K/V tiles; warpgroup 0 merges the shares.
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs = 0, bool kVtOnly = false,
+          bool kTailRows = false>
 __global__ void __launch_bounds__(
-    FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly>::kThreads, 1)
+    FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly, kMasked, kTailRows>::kThreads, 1)
     forward_kernel(const __grid_constant__ FwdArgs a) {
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
-  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs, kVtOnly>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs, kVtOnly, kMasked, kTailRows>;
+  static_assert(!kTailRows || !kMasked, "tail rows: unmasked dense launches");
   // V^T from the workspace: always in a V^T-only instance (the host launches it only then). Read
   // where used (a value kept from here changed the other instances' SASS).
   auto vt_global = [&] { return kVtOnly || (kFp8 && a.vt_global); };
-  constexpr bool kSplit = !kMasked;  // the instances whose launch may split its tail (FwdArgs)
+  constexpr bool kSplit = !kMasked && !kTailRows;  // the instances whose launch may split its tail (FwdArgs)
   using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -302,11 +314,20 @@ __global__ void __launch_bounds__(
     return __shfl_sync(0xffffffffu, tile, 0);
   };
   auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
+  // kPInSmem: consumer warpgroup wg's P buffer.
+  auto sP = [&](int wg) { return base + Tr::kPOffset + static_cast<std::uint32_t>(wg * Tr::kPBytes); };
   const int num_tiles = a.num_tiles;
   const bool ragged = a.cu_seqlens_q != nullptr;
   // One tile per CTA (masked or ragged launches without the tile counter): the CTA of an empty
   // tile (past its sequence) leaves before any setup.
-  if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked, kSplit>(a, blockIdx.x).active) return;
+  if (gridDim.x >= static_cast<unsigned>(num_tiles) && !tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, blockIdx.x).active) return;
+  // The head_dim 64 tail-row pair (launch.cu): the whole blocks' launch lets its programmatic
+  // dependent, the tail-row launch, be scheduled at once; its CTAs then take the SMs this grid's
+  // CTAs leave in the last round (one CTA per SM: they cannot share one). A no-op for a launch
+  // without dependents (every launch of this instance issues it; a caller's kernel launched as
+  // its dependent must griddepcontrol.wait before reading this one's output anyway).
+  if constexpr (kHeadDim == 64 && kBlockN == 128 && !kMasked && !kFp8 && !kTailRows && kConsumerWGs == 0)
+    asm volatile("griddepcontrol.launch_dependents;");
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < QB; ++b) {
@@ -354,16 +375,19 @@ __global__ void __launch_bounds__(
       // (dynamic: whichever CTA is free takes the next tile, in index order, as a grid of one
       // CTA per tile would be scheduled, without a CTA launch per tile).
       // 64-bit sums clamped to num_tiles: no int overflow near the end of a large tile space.
+      // The tail-row launch of a pair (launch.cu) takes every tile from the counter, its first
+      // included: its CTAs start at different times (on the SMs the whole blocks' last round
+      // frees), and a fixed first tile would wait for its CTA to start.
       auto next_tile = [&](int tile) {
         const long long next = a.tile_counter == nullptr
                                    ? static_cast<long long>(tile) + gridDim.x
-                                   : static_cast<long long>(gridDim.x) + atomicAdd(a.tile_counter, 1u);
+                                   : static_cast<long long>(kTailRows ? 0u : gridDim.x) + atomicAdd(a.tile_counter, 1u);
         return static_cast<int>(next < num_tiles ? next : num_tiles);
       };
       // q_round (one Q load per tile) is also the tile ring's position.
-      for (int tile = blockIdx.x;;) {
+      for (int tile = kTailRows && a.tile_counter != nullptr ? next_tile(0) : static_cast<int>(blockIdx.x);;) {
         TileCoords tc;
-        while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit>(a, tile)).active) tile = next_tile(tile);
+        while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile)).active) tile = next_tile(tile);
         mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);
         st_shared_u32(tile_slot(q_round % kSlots), static_cast<std::uint32_t>(tile < num_tiles ? tile : num_tiles));
         mbarrier_arrive(tile_full(q_round % kSlots));  // release: the readers see the slot's value
@@ -374,7 +398,8 @@ __global__ void __launch_bounds__(
         auto load_q = [&] {
           const int qb = q_round % QB;
           // kQBoxRows-row boxes; with one Q buffer warpgroup by warpgroup (pingpong usually
-          // gives them back in that order; any order is correct).
+          // gives them back in that order; any order is correct). Tail rows: the tile's first
+          // 64 rows (the only ones inside the sequence) into every warpgroup's part.
 #pragma unroll
           for (int wg = 0; wg < W; ++wg) {
             if (QG > 1 || wg == 0) {
@@ -384,7 +409,7 @@ __global__ void __launch_bounds__(
 #pragma unroll
             for (int p = 0; p < Tr::kPanels; ++p)
               load_box(sQ(qb) + p * Tr::kQPanelBytes + kQBoxRows * 128u * wg, &a.map_q, q_full(qb, wg), ragged,
-                       Tr::kPanelCols * p, q_row + kQBoxRows * wg, head, seq);
+                       Tr::kPanelCols * p, q_row + (kTailRows ? 0 : kQBoxRows * wg), head, seq);
           }
           ++q_round;
         };
@@ -431,7 +456,7 @@ __global__ void __launch_bounds__(
           const int tile = read_tile(r, lane);
           if (tile >= num_tiles) break;
           if (a.vt_global) continue;  // the producer loads V^T: only the tile ring to keep up with
-          const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit>(a, tile);  // active (the producer skips others)
+          const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile);  // active (the producer skips others)
           for (int i = 0; i < tc.n_tiles; ++i, ++it) {
             const int stage = it % S;
             const std::uint32_t parity = (it / S) & 1;
@@ -452,7 +477,8 @@ __global__ void __launch_bounds__(
     return;
   }
 
-  // ---- consumers: warpgroup c owns rows [64 c, 64 c + 64) of every tile ----
+  // ---- consumers: warpgroup c owns rows [64 c, 64 c + 64) of every tile (the tail-row instance:
+  // every warpgroup computes rows [0, 64) over its share of the K/V tiles, warpgroup 0 writes) ----
   setmaxnreg_inc<Tr::kConsumerRegs>();
   // Broadcast from lane 0: the same value, but ptxas then knows it is warp-uniform and keeps the
   // Q descriptors derived from it in uniform registers (d128 x 176: 40 fewer instructions between
@@ -476,17 +502,28 @@ __global__ void __launch_bounds__(
     else named_barrier_arrive(kTurnBarrier0 + (c + 1 == kWarpgroups ? 0 : c + 1), 256);
   };
   if (c == kWarpgroups - 1) pass_turn();
+  // Tail rows: the merge's empty barrier starts armed (warpgroup 0's first arrival: the slots are
+  // free) and ends balanced (warpgroups 1.. consume its last arrival after the loop).
+  if constexpr (kTailRows) {
+    static_assert(Tr::kQGroups == 1 && kMergeFullBarrier >= kTurnBarrier0 + kWarpgroups && kMergeEmptyBarrier < 16,
+                  "tail rows: one Q barrier pair for all rows; merge barriers of their own");
+    if (c == 0) named_barrier_arrive(kMergeEmptyBarrier, 128 * kWarpgroups);
+  }
 
   int it = 0;       // K/V tiles consumed so far (ring position)
   int q_round = 0;  // Q tiles consumed so far
   for (;;) {  // q_round counts the tiles taken so far: the tile ring's position too
     const int tile = read_tile(q_round, lane);
     if (tile >= num_tiles) break;
-    const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit>(a, tile);  // active (the producer skips others)
+    const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile);  // active (the producer skips others)
     const int qb = q_round % QB;  // this tile's Q buffer (and O staging buffer)
     unsigned char* q_ptr = base_ptr + Tr::kQOffset + qb * Tr::kQBytes;
     const int wg_row0 = tc.m0 + 64 * c;        // first row of the warpgroup (sequence-relative)
-    const int row = wg_row0 + 16 * warp + g;   // the thread's rows: row and row + 8
+    // Tail rows: every warpgroup computes the tile's first 64 rows (the producer put them in each
+    // warpgroup's part of the Q buffer, so the Q descriptors stay as they are); the epilogue
+    // still goes by wg_row0, so that warpgroups 1.. write nothing.
+    const int rows0 = kTailRows ? tc.m0 : wg_row0;
+    const int row = rows0 + 16 * warp + g;   // the thread's rows: row and row + 8
     math::KeyRange keys[2] = {{0, tc.k_len}, {0, tc.k_len}};
     // Keys [full.begin, full.end) are visible to every row of the warpgroup: tiles inside need
     // no per-element mask (math::tile_fully_visible with its visible_keys calls hoisted).
@@ -548,10 +585,19 @@ __global__ void __launch_bounds__(
       wgmma_commit();
     };
     // O += P V over the tile's keys: 16-bit types in k16 steps with V MN-major (16 rows of V =
-    // 2048 bytes each); e4m3 in k32 steps over V^T, K-major (32 bytes of each V^T row).
+    // 2048 bytes each), P from registers or (kPInSmem) from the warpgroup's P buffer (k16 step kt:
+    // panel kt / 4, 32 bytes per step inside it, as Q K^T steps through Q); e4m3 in k32 steps
+    // over V^T, K-major (32 bytes of each V^T row).
     auto issue_pv = [&](int stage) {
       wgmma_fence();
-      if constexpr (kFp8) {
+      if constexpr (Tr::kPInSmem) {
+        const std::uint64_t dp = make_smem_desc_sw128_kmajor(sP(c));
+        const std::uint64_t dv = make_smem_desc_sw128_mnmajor(sV(stage), Tr::kKVPanelBytes);
+#pragma unroll
+        for (int kt = 0; kt < BN / 16; ++kt)
+          wgmma_ss<D, kBf16, true>(o_flat, smem_desc_advance(dp, (kt / 4) * Tr::kPPanelBytes + 32u * (kt % 4)),
+                                   smem_desc_advance(dv, 2048u * kt), true);
+      } else if constexpr (kFp8) {
         const std::uint64_t dvt = make_smem_desc_sw128_kmajor(sVt(stage));
 #pragma unroll
         for (int kt = 0; kt < BN / 32; ++kt) wgmma_rs_e4m3<D>(o_flat, p[kt], smem_desc_advance(dvt, 32u * kt), true);
@@ -577,13 +623,22 @@ __global__ void __launch_bounds__(
     auto pack = [&] {
       if constexpr (kFp8) pack_weights_e4m3<BN>(s, p);
       else pack_weights<T, BN>(s, p);
+      if constexpr (Tr::kPInSmem) {
+        // The warpgroup's previous P V read this buffer: every warp has waited for it (the
+        // schedule's wait before pack) before any warp overwrites it. The turn barrier before the
+        // next P V (all 128 threads of this warpgroup) orders the stores, fenced for the async
+        // proxy, before that wgmma reads them.
+        named_barrier_sync(kEpilogueBarrier0 + c, 128);
+        store_weights_smem<BN>(sP(c), p, warp, lane);
+        fence_proxy_async_shared_cta();
+      }
     };
     // The barriers that say a V tile is ready for P V and that P V is done with it.
     auto pv_full = [&](int stage) { return kFp8 ? vt_full(stage) : v_full(stage); };
     auto pv_empty = [&](int stage) { return kFp8 ? vt_empty(stage) : v_empty(stage); };
 
     mbarrier_wait_parity(q_full(qb, c), (q_round / QB) & 1);
-    if (tc.n_tiles > 0) {
+    if (kTailRows || tc.n_tiles > 0) {
       // The schedule (kv_tile_schedule.cuh): the pinned softmax (end_softmax_block) only for
       // bf16 / fp16: for FP8 the pinned order measured 8 % slower at d128 16k and 4 % at 1k
       // (A/B on the H200, sixth session); FP8's P V is half the tensor time of bf16's, so
@@ -607,7 +662,57 @@ __global__ void __launch_bounds__(
                   [&](int stage) { release_stage(pv_empty(stage), lane); },
                   k_full,
                   pv_full};
-      run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops, s_flat, o_flat);
+      if constexpr (kTailRows) {
+        // This warpgroup's share: every kWarpgroups-th K/V tile from its own index, no turns; the
+        // ring holds one stage per share at a time.
+        static_assert(S >= kWarpgroups, "run_kv_share: every share's tile in the ring at once");
+        run_kv_share<S>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
+      } else {
+        run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops, s_flat, o_flat);
+      }
+    }
+    if constexpr (kTailRows) {
+      // Merge the shares: warpgroup w > 0 leaves its thread's accumulators, row maxima and
+      // (thread-partial) row sums in slot w - 1, 16-byte chunk k of thread t at (128 k + t) x 16
+      // (consecutive threads, consecutive chunks: no bank conflict); warpgroup 0 scales each
+      // share to the larger max (an empty share, max -inf, by 0) and adds it to its own.
+      constexpr int kChunks = D / 8;  // float4 chunks of O per thread
+      constexpr int kMergeThreads = 128 * kWarpgroups;
+      if (c > 0) {
+        named_barrier_sync(kMergeEmptyBarrier, kMergeThreads);
+        float4* slot = reinterpret_cast<float4*>(base_ptr + Tr::kMergeOffset + (c - 1) * Tr::kMergeSlotBytes) + t;
+#pragma unroll
+        for (int k = 0; k < kChunks; ++k) slot[128 * k] = make_float4(o[k][0], o[k][1], o[k][2], o[k][3]);
+        slot[128 * kChunks] = make_float4(rows[0].m, rows[0].l, rows[1].m, rows[1].l);
+        named_barrier_arrive(kMergeFullBarrier, kMergeThreads);
+      } else {
+        named_barrier_sync(kMergeFullBarrier, kMergeThreads);
+#pragma unroll
+        for (int w = 1; w < kWarpgroups; ++w) {
+          const float4* slot =
+              reinterpret_cast<const float4*>(base_ptr + Tr::kMergeOffset + (w - 1) * Tr::kMergeSlotBytes) + t;
+          const float4 ml = slot[128 * kChunks];
+          const float m_w[2] = {ml.x, ml.z}, l_w[2] = {ml.y, ml.w};
+          float f_self[2], f_w[2];
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float m_new = fmaxf(rows[hh].m, m_w[hh]);
+            f_self[hh] = rows[hh].m == -INFINITY ? 0.0f : exp2f(rows[hh].m - m_new);
+            f_w[hh] = m_w[hh] == -INFINITY ? 0.0f : exp2f(m_w[hh] - m_new);
+            rows[hh].m = m_new;
+            rows[hh].l = rows[hh].l * f_self[hh] + l_w[hh] * f_w[hh];
+          }
+#pragma unroll
+          for (int k = 0; k < kChunks; ++k) {
+            const float4 v = slot[128 * k];
+            o[k][0] = o[k][0] * f_self[0] + v.x * f_w[0];
+            o[k][1] = o[k][1] * f_self[0] + v.y * f_w[0];
+            o[k][2] = o[k][2] * f_self[1] + v.z * f_w[1];
+            o[k][3] = o[k][3] * f_self[1] + v.w * f_w[1];
+          }
+        }
+        named_barrier_arrive(kMergeEmptyBarrier, kMergeThreads);  // the slots are read
+      }
     }
 
     // ---- epilogue: normalise, stage the warpgroup's 64 rows in its own rows of the Q buffer
@@ -723,7 +828,17 @@ __global__ void __launch_bounds__(
     ++q_round;
   }
   if (c == 0) take_turn();  // the last warpgroup's last arrival: leave the barrier balanced
+  if constexpr (kTailRows) {
+    if (c > 0) named_barrier_sync(kMergeEmptyBarrier, 128 * kWarpgroups);  // warpgroup 0's last arrival
+  }
   if (t == 0) tma_store_wait<0>();
+  if constexpr (kTailRows) {
+    // Launched as the whole blocks' programmatic dependent, this grid must not complete before
+    // that one: whatever follows on the stream waits for this grid only. Every consumer thread
+    // waits, after its last store, for that grid's completion and memory flush (a plain launch
+    // has no prerequisite in flight: returns at once).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
 }
 
 }  // namespace tessera::cuda::sm90

@@ -23,6 +23,7 @@
 #include "cuda/sm90/forward/fp8_v_transpose_plan.h"
 #include "math/ragged_tiles.h"
 #include "cuda/sm90/forward/kernel_traits.cuh"
+#include "cuda/sm90/forward/tile_choice.h"
 #include "math/online_softmax.h"
 #include "dispatch/path_override.h"
 #include "tessera/error.h"
@@ -37,8 +38,13 @@ bool fail(std::string* why, const std::string& what) {
 
 template <int D>
 int smem_bytes_max() {
-  const int a = FwdTraits<D, block_n_for(D, false)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, true)>::kSmemBytes;
-  return a > b ? a : b;
+  // the masked instance, the unmasked ones for short and long calls (block_n_for; head_dim 128's
+  // long masked instance has the long unmasked one's layout) and at head_dim 64 the tail-row one
+  // (its merge slots)
+  const int a = FwdTraits<D, block_n_for(D, true)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, false)>::kSmemBytes;
+  const int c = FwdTraits<D, block_n_for(D, false, false, true)>::kSmemBytes;
+  const int d = D == 64 ? FwdTraits<D, block_n_for(D, false), 2, 0, false, false, D == 64>::kSmemBytes : 0;
+  return std::max({a, b, c, d});
 }
 
 int smem_bytes(int head_dim) {
@@ -74,13 +80,88 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
   return make_tensor_map_tiled(type, ragged ? 3 : 4, base, dims, strides, box);
 }
 
+// block_n: the call's K tile (tile_choice.h), which picks the unmasked instance of short or long
+// calls (the same one at head_dim 256) and head_dim 128's masked one. tail_rows:
+// TESSERA_CUDA_FORWARD_TAIL_ROWS (head_dim 64's tail-row launch where it applies; on by default).
 template <typename T, int D>
-void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n, bool tail_rows) {
   if constexpr (D == 64) {
-    if (masked && a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
+    // Dense unmasked on 128-key tiles (long calls take 192, kShortUnmaskedMaxKeysD64), the last
+    // query block of every sequence at most 64 rows (1024 = 5 x 192 + 64): the whole blocks on the
+    // main instance, then the last blocks on the tail-row instance (kernel_traits.cuh), where all
+    // three consumer warpgroups share their K/V tiles instead of two of them computing rows past
+    // the sequence. A second launch, after the first; the two write disjoint rows.
+    if (tail_rows && !masked && block_n == block_n_for(64, false) && a.cu_seqlens_q == nullptr && a.block_m == 192 &&
+        a.m_blocks >= 1 && a.seq_q - (a.m_blocks - 1) * 192 <= 64) {
+      FwdArgs whole = a;
+      whole.m_blocks = a.m_blocks - 1;
+      whole.num_tiles = whole.m_blocks * a.heads * a.batch;  // (0: a one-block sequence; no launch)
+      FwdArgs tail = a;
+      tail.num_tiles = a.heads * a.batch;
+      // The tail launch as the whole one's programmatic dependent (kernel.cuh): its CTAs start on
+      // the SMs the whole blocks' last round leaves, so that round is not split, and with more
+      // tail tiles than SMs they walk from a counter (zeroed here, before the first launch, since
+      // no stream operation may come between the two launches). A split forced by
+      // TESSERA_CUDA_FORWARD_SPLIT_TAIL keeps the two launches one after the other (its merge
+      // kernel would come between them).
+      struct Counter {
+        unsigned int* ptr = nullptr;
+        cudaStream_t stream = nullptr;
+        ~Counter() {
+          if (ptr != nullptr && cudaFreeAsync(ptr, stream) != cudaSuccess) (void)cudaGetLastError();
+        }
+      } counter;
+      counter.stream = static_cast<cudaStream_t>(p.stream);
+      // Overlap where the tail tiles can fill the SMs the whole blocks' last round leaves (a tail
+      // tile takes about a third of a whole one: at least half of those SMs covered, a guess the
+      // A/B checks); with fewer, the whole blocks' split tail serves that round better.
+      const int whole_grid = static_cast<int>(std::min<long long>(whole.num_tiles, num_sms));
+      const int left = whole_grid > 0 ? whole.num_tiles % whole_grid : 0;
+      const int idle = num_sms - (left > 0 ? left : whole_grid);  // SMs without a whole tile in the last round
+      bool overlap = whole.num_tiles > 0 && dispatch::forward_split_tail_override().tiles <= 0 &&
+                     2LL * tail.num_tiles >= idle;
+      if (overlap && tail.num_tiles > num_sms) {
+        int device = 0;
+        TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+        const cudaMemPool_t pool = scratch_pool(device);
+        const cudaError_t alloc = pool == nullptr ? cudaErrorNotSupported
+                                                  : cudaMallocFromPoolAsync(reinterpret_cast<void**>(&counter.ptr),
+                                                                            sizeof(unsigned int), pool, counter.stream);
+        if (alloc == cudaErrorMemoryAllocation || alloc == cudaErrorNotSupported) {
+          (void)cudaGetLastError();  // no counter: the two launches one after the other
+          counter.ptr = nullptr;
+          overlap = false;
+        } else {
+          TESSERA_CUDA_CHECK(alloc);
+          TESSERA_CUDA_CHECK(cudaMemsetAsync(counter.ptr, 0, sizeof(unsigned int), counter.stream));
+          tail.tile_counter = counter.ptr;
+        }
+      }
+      whole.split_allowed = !overlap;
+      tail.programmatic = overlap;
+      launch_forward<T, 64, block_n_for(64, false), false>(whole, num_sms, p.stream);
+      launch_forward<T, 64, block_n_for(64, false), false, 0, false, true>(tail, num_sms, p.stream);
+      if (counter.ptr != nullptr) {
+        unsigned int* done = counter.ptr;
+        counter.ptr = nullptr;
+        TESSERA_CUDA_CHECK(cudaFreeAsync(done, counter.stream));
+      }
+      return;
+    }
   }
-  if (masked) return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
-  return launch_forward<T, D, block_n_for(D, false), false>(a, num_sms, p.stream);
+  if (masked) {
+    if constexpr (D == 64) {
+      if (a.block_m == 128) return launch_forward<T, 64, block_n_for(64, true), true, 2>(a, num_sms, p.stream);
+    }
+    if constexpr (D == 128) {  // long causal calls (kShortCausalMaxKeysD128)
+      constexpr int kLongMasked = block_n_for(128, true, false, true);
+      if (block_n == kLongMasked) return launch_forward<T, 128, kLongMasked, true>(a, num_sms, p.stream);
+    }
+    return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
+  }
+  constexpr int kShortTile = block_n_for(D, false), kLongTile = block_n_for(D, false, false, true);
+  if (block_n == kLongTile) return launch_forward<T, D, kLongTile, false>(a, num_sms, p.stream);
+  return launch_forward<T, D, kShortTile, false>(a, num_sms, p.stream);
 }
 
 // FP8: head_dim 128 and 256, K tiles of 128 keys; at 256, launches with V^T from the pass take
@@ -98,7 +179,8 @@ void launch_fp8_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked
 }
 
 template <typename T>
-void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms) {
+void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n,
+                         bool tail_rows) {
   if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
     if (p.head_dim == 128) return launch_fp8_for_mask<128>(a, p, masked, num_sms);
     if (p.head_dim == 256) return launch_fp8_for_mask<256>(a, p, masked, num_sms);
@@ -106,9 +188,9 @@ void launch_for_head_dim(const FwdArgs& a, const AttentionParams& p, bool masked
                 "sm90 fp8 forward: head_dim: expected 128 or 256, got " + std::to_string(p.head_dim));
   }
   switch (p.head_dim) {
-    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms);
-    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms);
-    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms);
+    case 64: return launch_for_mask<T, 64>(a, p, masked, num_sms, block_n, tail_rows);
+    case 128: return launch_for_mask<T, 128>(a, p, masked, num_sms, block_n, tail_rows);
+    case 256: return launch_for_mask<T, 256>(a, p, masked, num_sms, block_n, tail_rows);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -154,18 +236,19 @@ bool run_forward(const AttentionParams& p) {
   const std::int64_t rows_k = ragged ? p.total_k : p.seq_k;
   const int seqs = ragged ? 1 : p.batch;
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
-  // 64 rows per consumer warpgroup; masked head_dim 64 over short sequences takes two.
   const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
-  // (TESSERA_CUDA_D64_WARPGROUPS, a measurement knob, forces two or three; two on an unmasked
-  // call runs the masked instance, whose tiles are then all unmasked but the tail.)
-  const int d64_warpgroups = dispatch::d64_warpgroups_override();  // read (and checked) on every call
-  const bool two_wg_d64 = !fp8 && p.head_dim == 64 &&
-                          (d64_warpgroups == 0 ? masked && mean_keys <= kTwoWarpgroupMaxKeysD64 : d64_warpgroups == 2);
-  // Short unmasked head_dim 128 takes the masked instance (see kShortUnmaskedMaxKeysD128).
-  const bool masked_instance =
-      masked || (!fp8 && p.head_dim == 128 && mean_keys <= kShortUnmaskedMaxKeysD128) || two_wg_d64;
-  const int block_m = two_wg_d64 ? 128 : block_m_for(p.head_dim, fp8);
-  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n_for(p.head_dim, masked_instance, fp8));
+  // The instance (tile_choice.h): tile rows, K/V tile keys, masked or not. The knobs
+  // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_FORWARD_KEY_TILE, TESSERA_CUDA_FORWARD_TAIL_ROWS) are read,
+  // and checked, on every call.
+  const bool windowed = p.mask.window_left >= 0 || p.mask.window_right >= 0;
+  const FwdTileChoice tiles_of_call = forward_tile_choice(p.head_dim, fp8, masked, mean_keys,
+                                                          dispatch::d64_warpgroups_override(),
+                                                          dispatch::forward_key_tile_override(), windowed);
+  const bool masked_instance = tiles_of_call.masked_instance;
+  const int block_m = tiles_of_call.block_m;
+  const int block_n = tiles_of_call.block_n;
+  const std::uint32_t box_n = static_cast<std::uint32_t>(block_n);
+  const bool tail_rows = dispatch::forward_tail_rows_override();
   FwdArgs a;
   try {
     // Q boxes of one warpgroup's rows (kQBoxRows, kernel_traits.cuh), the tile's block_m rows in all.
@@ -274,14 +357,14 @@ bool run_forward(const AttentionParams& p) {
                                                     p.head_dim, vt.ptr, vt.stream));
       }
     }
-    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms);
+    launch_for_head_dim<__nv_fp8_e4m3>(a, p, masked, num_sms, block_n, tail_rows);
     if (vt.ptr != nullptr) {
       void* ws = vt.ptr;
       vt.ptr = nullptr;
       TESSERA_CUDA_CHECK(cudaFreeAsync(ws, vt.stream));
     }
-  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms);
-  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms);
+  } else if (p.dtype == DType::bf16) launch_for_head_dim<__nv_bfloat16>(a, p, masked_instance, num_sms, block_n, tail_rows);
+  else launch_for_head_dim<__half>(a, p, masked_instance, num_sms, block_n, tail_rows);
   return true;
 }
 

@@ -1,5 +1,5 @@
-// launch_forward<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly>: the host side of one sm90 instance (included by
-// instance_*.cu).
+// launch_forward<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly, kTailRows>: the host side of one sm90 instance
+// (included by instance_*.cu).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -18,15 +18,16 @@
 
 namespace tessera::cuda::sm90 {
 
-template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs, bool kVtOnly>
+template <typename T, int kHeadDim, int kBlockN, bool kMasked, int kConsumerWGs, bool kVtOnly, bool kTailRows>
 void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
-  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly>;
+  using Tr = FwdTraits<kHeadDim, kBlockN, std::is_same_v<T, __nv_fp8_e4m3> ? 1 : 2, kConsumerWGs, kVtOnly, kMasked,
+                       kTailRows>;
   const long long tiles = args.num_tiles;
   if (tiles == 0) return;
   if (kVtOnly && !args.vt_global)
     throw Error(ErrorCode::backend_failure, "v",
                 "sm90 fp8 forward: expected the V^T workspace for the V^T-only instance, got none (an internal error)");
-  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly>;
+  auto* kernel = &forward_kernel<T, kHeadDim, kBlockN, kMasked, kConsumerWGs, kVtOnly, kTailRows>;
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes));
   // Unmasked dense tiles all cost the same: persistent CTAs, one per SM (shared memory allows
   // no more), CTA x walking tiles x, x + grid, ..., so a tile's epilogue and the next one's
@@ -78,8 +79,8 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   long long n_split = 0;
   int parts = 1;
   float* split_ws = nullptr;
-  if constexpr (!kMasked) {
-    if (!ragged) {
+  if constexpr (!kMasked && !kTailRows) {
+    if (!ragged && args.split_allowed) {
       const dispatch::ForwardSplitTail forced = dispatch::forward_split_tail_override();
       const SplitTail plan = forward_split_tail(
           tiles, persistent, (static_cast<long long>(args.seq_k) + kBlockN - 1) / kBlockN, kBlockN, kHeadDim, forced.tiles,
@@ -111,8 +112,33 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
       }
     }
   }
-  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
-  cudaError_t launched = cudaGetLastError();
+  // (The tail-row launch of a pair (launch.cu) brings its tile counter zeroed from the caller:
+  // persistent CTAs walking dynamically, those that start in the whole blocks' last round taking
+  // more tiles; its grid is the persistent one already.)
+  cudaError_t launched = cudaSuccess;
+  if (args.programmatic) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(Tr::kThreads);
+    cfg.dynamicSmemBytes = Tr::kSmemBytes;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    launched = cudaLaunchKernelEx(&cfg, kernel, run_args);
+    if (launched != cudaSuccess) (void)cudaGetLastError();
+    if (launched == cudaErrorNotSupported) {
+      // No programmatic launch here (a driver or a capture without programmatic edges): the plain
+      // launch is as correct (the kernel's griddepcontrol.wait returns at once), only serial.
+      kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
+      launched = cudaGetLastError();
+    }
+  } else {
+    kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, s>>>(run_args);
+    launched = cudaGetLastError();
+  }
   if (launched == cudaSuccess && n_split > 0) {
     const long long threads = n_split * Tr::kBlockM * 32;
     using Out = std::conditional_t<std::is_same_v<T, __nv_fp8_e4m3>, __nv_bfloat16, T>;

@@ -23,7 +23,9 @@
 //   bf16 d256 16k: 1024 tiles, 100 left, 205 K/V tiles of 80 keys: not split (five parts 0.80 +
 //   0.20, as FP8 d256's, which measured 1.031; bf16 d256 in five parts read 1.004-1.041 in the
 //   eighteenth session, when the cost was scaled by K/V tiles and took 0.12);
-//   bf16 d64 4k: 2816 tiles of 192 rows, 44 left, 32 K/V tiles: thirds, 0.34 + 0.24.
+//   bf16 d64 4k: 2816 tiles of 192 rows, 44 left, 32 K/V tiles of 128 keys: thirds, 0.34 + 0.24
+//   (now 22 of 192 keys: thirds; with 128-key tiles forced, the tail-row pair's whole blocks are
+//   2688 tiles, 48 left: halves).
 // (The part cost was fitted on FP8; at half FP8's rate a bf16 round is twice as long, so the
 // 16-bit figures overstate it, leaning towards not splitting.)
 #pragma once

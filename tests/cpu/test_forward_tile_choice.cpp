@@ -1,0 +1,87 @@
+// The sm90 forward's instance choice (src/cuda/sm90/forward/tile_choice.h): which calls take which
+// tile rows and K/V tile width, on both sides of every threshold, with and without the knobs.
+#include <gtest/gtest.h>
+
+#include "cuda/sm90/forward/tile_choice.h"
+
+namespace tessera {
+namespace {
+
+using cuda::sm90::forward_tile_choice;
+using cuda::sm90::FwdTileChoice;
+constexpr dispatch::ForwardKeyTile kRule = dispatch::ForwardKeyTile::automatic, kShort = dispatch::ForwardKeyTile::short_keys,
+                                   kLong = dispatch::ForwardKeyTile::long_keys;
+
+struct Want {
+  bool masked_instance;
+  int block_m;
+  int block_n;
+};
+
+void expect_choice(const FwdTileChoice& got, const Want& want, const char* what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(got.masked_instance, want.masked_instance);
+  EXPECT_EQ(got.block_m, want.block_m);
+  EXPECT_EQ(got.block_n, want.block_n);
+}
+
+TEST(Sm90ForwardTileChoice, HeadDim64) {
+  // Unmasked: 128-key tiles up to 2048 keys on average, 192-key tiles (P through shared memory)
+  // above; three warpgroups either way.
+  expect_choice(forward_tile_choice(64, false, false, 1), {false, 192, 128}, "one key");
+  expect_choice(forward_tile_choice(64, false, false, 2048), {false, 192, 128}, "2048 keys");
+  expect_choice(forward_tile_choice(64, false, false, 2049), {false, 192, 192}, "2049 keys");
+  expect_choice(forward_tile_choice(64, false, false, 16384), {false, 192, 192}, "16k keys");
+  // Masked: two warpgroups up to 2048 keys, three above, 128-key tiles always.
+  expect_choice(forward_tile_choice(64, false, true, 2048), {true, 128, 128}, "masked, 2048 keys");
+  expect_choice(forward_tile_choice(64, false, true, 2049), {true, 192, 128}, "masked, 2049 keys");
+  expect_choice(forward_tile_choice(64, false, true, 16384), {true, 192, 128}, "masked, 16k keys");
+}
+
+TEST(Sm90ForwardTileChoice, Knobs) {
+  // TESSERA_CUDA_FORWARD_KEY_TILE: either tile on unmasked head_dim 64 three-warpgroup calls and
+  // head_dim 128 calls, at any length.
+  expect_choice(forward_tile_choice(64, false, false, 1024, 0, kLong), {false, 192, 192}, "d64 long forced at 1k");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 0, kShort), {false, 192, 128}, "d64 short forced at 16k");
+  expect_choice(forward_tile_choice(64, false, false, 0, 0, kLong), {false, 192, 192}, "d64 long forced, no keys");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 0, kRule), {false, 192, 192}, "d64 the rule");
+  expect_choice(forward_tile_choice(128, false, false, 1024, 0, kLong), {false, 128, 176}, "d128 long forced at 1k");
+  expect_choice(forward_tile_choice(128, false, false, 16384, 0, kShort), {false, 128, 128}, "d128 short forced at 16k");
+  // ... and on causal head_dim 128 calls without a window; nowhere else: other masked calls, two
+  // warpgroups (the masked instance), head_dim 256, FP8.
+  expect_choice(forward_tile_choice(64, false, true, 16384, 0, kLong), {true, 192, 128}, "masked, long forced");
+  expect_choice(forward_tile_choice(64, false, true, 1000, 0, kLong), {true, 128, 128}, "masked short, long forced");
+  expect_choice(forward_tile_choice(128, false, true, 1024, 0, kLong), {true, 128, 176}, "d128 causal, long forced at 1k");
+  expect_choice(forward_tile_choice(128, false, true, 16384, 0, kShort), {true, 128, 128}, "d128 causal, short forced");
+  expect_choice(forward_tile_choice(128, false, true, 16384, 0, kLong, true), {true, 128, 128}, "d128 window, long forced");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 2, kLong), {true, 128, 128}, "two warpgroups, long forced");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 2), {true, 128, 128}, "two warpgroups, the rule");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 3), {false, 192, 192}, "three warpgroups, the rule");
+  expect_choice(forward_tile_choice(64, false, true, 1000, 3), {true, 192, 128}, "three forced, masked short");
+  expect_choice(forward_tile_choice(256, false, false, 16384, 2, kShort), {false, 128, 80}, "d256, both forced");
+  expect_choice(forward_tile_choice(128, true, false, 16384, 2, kShort), {false, 192, 128}, "fp8 d128, both forced");
+  expect_choice(forward_tile_choice(256, true, true, 1024, 0, kLong), {true, 128, 128}, "fp8 d256 masked, long forced");
+}
+
+TEST(Sm90ForwardTileChoice, OtherHeadDims) {
+  // Unmasked head_dim 128: its own 128-key instance up to 2048 keys, 176-key tiles above.
+  expect_choice(forward_tile_choice(128, false, false, 1), {false, 128, 128}, "d128, one key");
+  expect_choice(forward_tile_choice(128, false, false, 2048), {false, 128, 128}, "d128, 2048 keys");
+  expect_choice(forward_tile_choice(128, false, false, 2049), {false, 128, 176}, "d128, 2049 keys");
+  // Causal head_dim 128 (no window): 128-key tiles up to 4096 keys, 176-key tiles above; windows 128.
+  expect_choice(forward_tile_choice(128, false, true, 2049), {true, 128, 128}, "d128 causal, 2049 keys");
+  expect_choice(forward_tile_choice(128, false, true, 4096), {true, 128, 128}, "d128 causal, 4096 keys");
+  expect_choice(forward_tile_choice(128, false, true, 4097), {true, 128, 176}, "d128 causal, 4097 keys");
+  expect_choice(forward_tile_choice(128, false, true, 16384), {true, 128, 176}, "d128 causal, 16k keys");
+  expect_choice(forward_tile_choice(128, false, true, 16384, 0, kRule, true), {true, 128, 128}, "d128 window, 16k keys");
+  expect_choice(forward_tile_choice(256, false, true, 16384), {true, 128, 64}, "d256 causal, 16k keys");
+  expect_choice(forward_tile_choice(256, false, false, 1024), {false, 128, 80}, "d256");
+  expect_choice(forward_tile_choice(256, false, true, 1024), {true, 128, 64}, "d256 masked");
+  // FP8: 128-key tiles; three warpgroups at head_dim 128, two at 256; no short-key switch.
+  expect_choice(forward_tile_choice(128, true, false, 1024), {false, 192, 128}, "fp8 d128");
+  expect_choice(forward_tile_choice(128, true, true, 1024), {true, 192, 128}, "fp8 d128 masked");
+  expect_choice(forward_tile_choice(256, true, false, 16384), {false, 128, 128}, "fp8 d256");
+}
+
+}  // namespace
+}  // namespace tessera
