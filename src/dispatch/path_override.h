@@ -172,8 +172,9 @@ inline int parse_d64_warpgroups(const char* value) {
 // TESSERA_CUDA_FORWARD_KEY_TILE (a measurement and test knob of the sm90 forward, fp16 / bf16:
 // unmasked calls at head_dim 64 on three consumer warpgroups, unmasked and causal (windowless)
 // calls at head_dim 128; see src/cuda/sm90/forward/tile_choice.h): unset or empty: the host rule
-// (each such call's short-key tile up to 2048 keys on average, 4096 for causal head_dim 128, its
-// long-key tile above; head_dim 64's tail-row launch runs with the short one only); "short":
+// (head_dim 64: the short-key tile at every length; head_dim 128: the short-key tile up to 2048
+// keys on average, 4096 for causal, its long-key tile above; head_dim 64's tail-row launch runs
+// with the short one only); "short":
 // the short-key tile (128 keys; unmasked head_dim 128: with two Q buffers) for every such call;
 // "long": the long-key tile (head_dim 64: 192 keys with P through shared memory; 128: 176 keys).
 // Other calls ignore it. Anything else throws.
@@ -187,8 +188,8 @@ inline ForwardKeyTile parse_forward_key_tile(const char* value) {
 }
 
 // TESSERA_CUDA_FORWARD_TAIL_ROWS (a measurement and test knob of the sm90 forward at head_dim 64,
-// fp16 / bf16, dense unmasked calls on 128-key tiles (up to 2048 keys on average, or with
-// TESSERA_CUDA_FORWARD_KEY_TILE=short) whose last 192-row query block holds at most 64 rows; see
+// fp16 / bf16, dense unmasked calls on 128-key tiles (every length, unless
+// TESSERA_CUDA_FORWARD_KEY_TILE=long) whose last 192-row query block holds at most 64 rows; see
 // launch.cu): unset, empty or "1": those last blocks run on the tail-row instance (every consumer
 // warpgroup on the same rows over its share of the K/V tiles); "0": on the main instance with the
 // whole blocks. Anything else throws.

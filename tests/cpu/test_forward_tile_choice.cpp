@@ -26,12 +26,13 @@ void expect_choice(const FwdTileChoice& got, const Want& want, const char* what)
 }
 
 TEST(Sm90ForwardTileChoice, HeadDim64) {
-  // Unmasked: 128-key tiles up to 2048 keys on average, 192-key tiles (P through shared memory)
-  // above; three warpgroups either way.
+  // Unmasked: 128-key tiles at every length (the 192-key tiles with P through shared memory lost
+  // at 2k, 4k and 16k; only the knob takes them); three warpgroups.
   expect_choice(forward_tile_choice(64, false, false, 1), {false, 192, 128}, "one key");
   expect_choice(forward_tile_choice(64, false, false, 2048), {false, 192, 128}, "2048 keys");
-  expect_choice(forward_tile_choice(64, false, false, 2049), {false, 192, 192}, "2049 keys");
-  expect_choice(forward_tile_choice(64, false, false, 16384), {false, 192, 192}, "16k keys");
+  expect_choice(forward_tile_choice(64, false, false, 2049), {false, 192, 128}, "2049 keys");
+  expect_choice(forward_tile_choice(64, false, false, 16384), {false, 192, 128}, "16k keys");
+  expect_choice(forward_tile_choice(64, false, false, 1LL << 40), {false, 192, 128}, "2^40 keys");
   // Masked: two warpgroups up to 2048 keys, three above, 128-key tiles always.
   expect_choice(forward_tile_choice(64, false, true, 2048), {true, 128, 128}, "masked, 2048 keys");
   expect_choice(forward_tile_choice(64, false, true, 2049), {true, 192, 128}, "masked, 2049 keys");
@@ -44,7 +45,7 @@ TEST(Sm90ForwardTileChoice, Knobs) {
   expect_choice(forward_tile_choice(64, false, false, 1024, 0, kLong), {false, 192, 192}, "d64 long forced at 1k");
   expect_choice(forward_tile_choice(64, false, false, 16384, 0, kShort), {false, 192, 128}, "d64 short forced at 16k");
   expect_choice(forward_tile_choice(64, false, false, 0, 0, kLong), {false, 192, 192}, "d64 long forced, no keys");
-  expect_choice(forward_tile_choice(64, false, false, 16384, 0, kRule), {false, 192, 192}, "d64 the rule");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 0, kRule), {false, 192, 128}, "d64 the rule");
   expect_choice(forward_tile_choice(128, false, false, 1024, 0, kLong), {false, 128, 176}, "d128 long forced at 1k");
   expect_choice(forward_tile_choice(128, false, false, 16384, 0, kShort), {false, 128, 128}, "d128 short forced at 16k");
   // ... and on causal head_dim 128 calls without a window; nowhere else: other masked calls, two
@@ -56,7 +57,8 @@ TEST(Sm90ForwardTileChoice, Knobs) {
   expect_choice(forward_tile_choice(128, false, true, 16384, 0, kLong, true), {true, 128, 128}, "d128 window, long forced");
   expect_choice(forward_tile_choice(64, false, false, 16384, 2, kLong), {true, 128, 128}, "two warpgroups, long forced");
   expect_choice(forward_tile_choice(64, false, false, 16384, 2), {true, 128, 128}, "two warpgroups, the rule");
-  expect_choice(forward_tile_choice(64, false, false, 16384, 3), {false, 192, 192}, "three warpgroups, the rule");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 3), {false, 192, 128}, "three warpgroups, the rule");
+  expect_choice(forward_tile_choice(64, false, false, 16384, 3, kLong), {false, 192, 192}, "three warpgroups, long forced");
   expect_choice(forward_tile_choice(64, false, true, 1000, 3), {true, 192, 128}, "three forced, masked short");
   expect_choice(forward_tile_choice(256, false, false, 16384, 2, kShort), {false, 128, 80}, "d256, both forced");
   expect_choice(forward_tile_choice(128, true, false, 16384, 2, kShort), {false, 192, 128}, "fp8 d128, both forced");

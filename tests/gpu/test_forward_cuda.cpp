@@ -151,8 +151,8 @@ std::vector<CaseSpec> grid() {
       // tiles (one Q buffer) above: both sides of the switch, with partial tiles.
       dense(bf16, 1, 130, 2048, 2, 1, 128, opts(false)),
       dense(f16, 1, 200, 2049, 2, 1, 128, opts(false)),
-      // Unmasked head_dim 64: 128-key tiles up to 2048 keys on average, 192-key tiles (P through
-      // shared memory) above: both sides of the switch, with partial tiles.
+      // Unmasked head_dim 64: 128-key tiles at every length (the 192-key tiles of
+      // TESSERA_CUDA_FORWARD_KEY_TILE=long are tested in ForwardKeyTileKnobMatchesOracle).
       dense(bf16, 1, 130, 2048, 2, 1, 64, opts(false)),
       dense(f16, 1, 200, 2049, 2, 1, 64, opts(false)),
       dense(f16, 2, 150, 150, 4, 2, 64, opts(false)),                // a third warpgroup partly filled
@@ -260,8 +260,9 @@ std::vector<LongCase> long_cases() {
       {dense(f16, 1, 8192, 8192, 2, 2, 64, opts(true, 1024, -1)), {0, 1000, 8128}},
       {dense(bf16, 1, 4096, 4096, 1, 1, 256, opts(false, -1, -1, 30.0f)), {64, 4032}},
       {dense(bf16, 1, 4000, 12345, 2, 1, 128, opts(false)), {0, 3936}},
-      {dense(bf16, 1, 8192, 8192, 2, 1, 64, opts(false, -1, -1, 20.0f)), {0, 5000, 8128}},  // d64 x 192 keys, softcap
-      {dense(f16, 1, 3000, 16384, 8, 2, 64, opts(false)), {0, 2936}},  // d64 x 192 keys, GQA 4
+      {dense(bf16, 1, 8192, 8192, 2, 1, 64, opts(false, -1, -1, 20.0f)), {0, 5000, 8128}},  // d64, softcap
+      // d64, GQA 4: 2944 = 15 x 192 + 64 rows, so the last 64 rows run the tail-row launch over 16k keys
+      {dense(f16, 1, 2944, 16384, 8, 2, 64, opts(false)), {0, 2880}},
       {dense(bf16, 1, 4608, 4608, 2, 1, 128, opts(true)), {0, 2300, 4544}},  // square causal d128 x 176 keys
   };
 }
@@ -699,7 +700,7 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
 
 // TESSERA_CUDA_FORWARD_KEY_TILE forces the short-key or the long-key tile on unmasked head_dim 64
 // calls on three consumer warpgroups (128 keys, P from registers / 192 keys, P through shared
-// memory, the instance the rule gives calls of more than 2048 keys on average) and on head_dim 128
+// memory, which the rule no longer takes: it lost where measured) and on head_dim 128
 // calls (128 keys with two Q buffers / 176 keys with one), causal ones without a window included
 // (128 / 176 keys). Both must match the oracle on short and odd shapes too: one key, one query,
 // keys a tile and a few past, no keys, GQA, softcap, ragged with empty sequences, more tiles than
@@ -766,7 +767,7 @@ TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
   }
   // Which tile the rule took shows in the bits (a row's P rounds against the running max of its
   // own tiles): the default must equal one forced choice bit for bit and differ from the other.
-  // Causal d128 past 4096 keys: 176; unmasked d64 past 2048 keys: 192; unmasked d128 up to 2048:
+  // Causal d128 past 4096 keys: 176; unmasked d64 at any length (2500 keys here): 128; unmasked d128 up to 2048:
   // 128 (two Q buffers). A window: no choice, the knob ignored, all three the same (were
   // launch.cu's window test wrong, the rule and "long" would give 176, "short" 128).
   struct RuleCase {
@@ -775,7 +776,7 @@ TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
   };
   for (const RuleCase& rc : {RuleCase{dense(bf16, 1, 300, 4500, 2, 1, 128, opts(true)), "long"},
                              RuleCase{dense(bf16, 1, 300, 4500, 2, 1, 128, opts(true, 1000, -1)), "both"},
-                             RuleCase{dense(f16, 1, 300, 2500, 2, 1, 64, opts(false)), "long"},
+                             RuleCase{dense(f16, 1, 300, 2500, 2, 1, 64, opts(false)), "short"},
                              RuleCase{dense(bf16, 1, 300, 1000, 2, 1, 128, opts(false)), "short"}}) {
     SCOPED_TRACE(rc.spec.name() + " (the rule: " + rc.same_as + ")");
     GpuCase g(rc.spec, rng);

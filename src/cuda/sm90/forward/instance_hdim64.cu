@@ -8,7 +8,8 @@
 namespace tessera::cuda::sm90 {
 template void launch_forward<__half, 64, 128, false>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 64, 128, false>(const FwdArgs&, int, void*);
-// Unmasked problems over long sequences: 192-key tiles, P through shared memory (kShortUnmaskedMaxKeysD64).
+// 192-key tiles, P through shared memory: only TESSERA_CUDA_FORWARD_KEY_TILE=long takes them (they
+// lost to 128-key tiles where measured, kShortUnmaskedMaxKeysD64).
 template void launch_forward<__half, 64, kWideKeyTileD64, false>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 64, kWideKeyTileD64, false>(const FwdArgs&, int, void*);
 template void launch_forward<__half, 64, 128, true>(const FwdArgs&, int, void*);

@@ -63,7 +63,9 @@ constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
 // unmasked 128-key instance of their own: no mask code, the static walk, and the split tail
 // where its rule pays (split_tail_plan.h: never up to 1280 keys; from 1536 keys when at most
 // about half a round is left, so such calls' bits can now depend on the launch's tile count, as
-// every longer unmasked call's can). Not yet measured against the masked instance.
+// every longer unmasked call's can). Measured against the masked instance (twenty-third
+// session, 6 rounds): 1k 0.986, 2k 0.993 of its time; forced at 4k it equals the 176-key
+// instance (0.998), so the switch stays at 2048.
 constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 
 // Causal head_dim 128 problems (no window) whose sequences average more than this many keys run
@@ -74,7 +76,8 @@ constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 // keys on average (128 m0 mod 176 in steps of 16), ~1 % of the keys computed at 16k, 4 % at 4k,
 // 8 % at 2k. So the switch sits above 4k; shorter calls keep 128-key tiles (and, up to 2048 keys,
 // the dynamic walk, launch_template.cuh); windows keep 128 (a narrow band wastes more of a wider
-// tile). Not yet measured.
+// tile). Measured (twenty-third session, bf16, against 128-key tiles, 6 rounds): 16k 0.959,
+// 8k 0.974 of the time, below 1 in every round.
 constexpr long long kShortCausalMaxKeysD128 = 4096;
 
 // Unmasked 16-bit head_dim 64 problems whose sequences average more than this many keys run on
@@ -83,8 +86,12 @@ constexpr long long kShortCausalMaxKeysD128 = 4096;
 // max / sum reductions and their shuffles, the O rescale) spread over 1.5x the keys, and at
 // head_dim 64 a tile's tensor and exp2 times are about equal, so those fixed costs are what the
 // pipes wait on. Short sequences keep 128 keys: 1024 keys are 8 whole 128-key tiles but 5.3
-// 192-key ones (the same reasoning as kShortUnmaskedMaxKeysD128). Not yet measured.
-constexpr long long kShortUnmaskedMaxKeysD64 = 2048;
+// 192-key ones (the same reasoning as kShortUnmaskedMaxKeysD128). Measured (twenty-third
+// session, H200, bf16, against 128-key tiles): 1.10x the time at 2k, 1.07x at 4k, 1.05x at 16k,
+// in every round: the P store and the SS P V move the shared-memory pipe to the front. So the
+// rule never takes them (the threshold is the largest key count); the instance stays reachable
+// through TESSERA_CUDA_FORWARD_KEY_TILE=long for the next attempt.
+constexpr long long kShortUnmaskedMaxKeysD64 = 0x7fffffffffffffffLL;
 constexpr int kWideKeyTileD64 = 192;
 
 // K tile width of the instances that exist, per head dim and mask (launch.cu picks one via

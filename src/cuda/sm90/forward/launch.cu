@@ -86,7 +86,7 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
 template <typename T, int D>
 void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n, bool tail_rows) {
   if constexpr (D == 64) {
-    // Dense unmasked on 128-key tiles (long calls take 192, kShortUnmaskedMaxKeysD64), the last
+    // Dense unmasked on 128-key tiles (every length unless the key-tile knob forces 192), the last
     // query block of every sequence at most 64 rows (1024 = 5 x 192 + 64): the whole blocks on the
     // main instance, then the last blocks on the tail-row instance (kernel_traits.cuh), where all
     // three consumer warpgroups share their K/V tiles instead of two of them computing rows past

@@ -24,8 +24,9 @@ struct FwdTileChoice {
 //    kShortUnmaskedMaxKeysD128 keys, 176-key tiles (one Q buffer) above;
 //  - causal fp16 / bf16 head_dim 128 without a window: 128-key tiles up to
 //    kShortCausalMaxKeysD128 keys, 176-key tiles above;
-//  - unmasked fp16 / bf16 head_dim 64 on three warpgroups: 128-key tiles up to
-//    kShortUnmaskedMaxKeysD64, 192-key tiles (P through shared memory) above;
+//  - unmasked fp16 / bf16 head_dim 64 on three warpgroups: 128-key tiles at every length
+//    (kShortUnmaskedMaxKeysD64 is the largest count: the 192-key tiles with P through shared
+//    memory lost where measured), 192-key tiles only when the knob forces them;
 //  the key-tile knob forces the short or the long choice of those three, and nothing else.
 inline FwdTileChoice forward_tile_choice(int head_dim, bool fp8, bool masked, long long mean_keys, int d64_warpgroups = 0,
                                          dispatch::ForwardKeyTile key_tile = dispatch::ForwardKeyTile::automatic,
