@@ -52,8 +52,10 @@ constexpr int kQBoxRows = 64;
 // run on two consumer warpgroups (128-row Q tiles) instead of three: a 192-row tile computes
 // and discards more of the diagonal, and a short causal problem is mostly diagonal. Measured
 // on the H200 (bf16 causal, 16k tokens): two warpgroups 0.297 ms at 1k vs three 0.326-0.335;
-// at 4k three win (0.734 vs 0.777 ms), and at 16k (2.46 vs 2.73).
-constexpr long long kTwoWarpgroupMaxKeysD64 = 2048;
+// at 4k three win (0.734 vs 0.777 ms), and at 16k (2.46 vs 2.73). 2k, first measured in the
+// twenty-third session (3 rounds, knob): three 0.478-0.481 ms, two 0.517-0.527, while 1k read
+// even (two 0.341-0.385, three 0.361-0.367): so the switch sits at 1k, not 2k.
+constexpr long long kTwoWarpgroupMaxKeysD64 = 1024;
 
 // Unmasked head_dim 128 problems whose sequences average at most this many keys run on 128-key
 // tiles with two Q buffers instead of 176-key tiles with one: 1024 keys are 8 whole 128-key
