@@ -98,3 +98,25 @@ def test_without_a_failed_callback_the_error_propagates():
         assert str(e) == "boom"
     else:
         raise AssertionError("expected the timer's error")
+
+
+def test_queued_samples_time_depth_calls_between_two_events_and_divide():
+    # A fake clock: each call advances it by 2 ms, each event reads it; the sample must be 2 ms
+    # per call, every call between the two events, and the warm-up outside them.
+    clock = [0.0]
+    log = []
+
+    def fn():
+        clock[0] += 2.0
+        log.append("call")
+
+    def record():
+        log.append("event")
+        return clock[0]
+
+    times = peers.time_samples_queued(fn, reps=3, warmup=2, depth=5,
+                                      events=(record, lambda a, b: b - a, lambda: log.append("sync")))
+    assert times == [2.0, 2.0, 2.0]
+    assert log[:3] == ["call", "call", "sync"]
+    assert log[3:3 + 8] == ["event"] + ["call"] * 5 + ["event", "sync"]
+    assert log.count("call") == 2 + 3 * 5
