@@ -105,14 +105,20 @@ class _TorchAdapter:
                 names[getattr(t, attr)] = name
         self.NAMES = names
         self.dtypes = {v: k for k, v in names.items()}
+        self._raw_stream = getattr(t._C, "_cuda_getCurrentRawStream", None)  # fast; what inductor uses
+        self._has_is_cpu = hasattr(t.Tensor, "is_cpu")
 
     def to_c(self, x):
         # A raw descriptor instead of DLPack: torch's __dlpack__ costs ~14 us per tensor.
+        # is_cuda / is_cpu / get_device() rather than x.device.type: ~0.3 us less per tensor.
+        # The shape goes as the torch.Size itself (the extension takes any sequence).
         name = self.NAMES.get(x.dtype)
-        dev = x.device
-        if name is None or dev.type not in ("cpu", "cuda"):
-            return x.detach() if x.requires_grad else x  # DLPack: the extension names the problem
-        return (x.data_ptr(), name, tuple(x.shape), x.stride(), 2 if dev.type == "cuda" else 1, dev.index or 0)
+        if name is not None:
+            if x.is_cuda:
+                return (x.data_ptr(), name, x.shape, x.stride(), 2, x.get_device())
+            if x.is_cpu if self._has_is_cpu else x.device.type == "cpu":
+                return (x.data_ptr(), name, x.shape, x.stride(), 1, 0)
+        return x.detach() if x.requires_grad else x  # DLPack: the extension names the problem
 
     def empty(self, like, shape, dtype):
         if dtype not in self.dtypes:
@@ -120,7 +126,12 @@ class _TorchAdapter:
         return self.torch.empty(shape, dtype=self.dtypes[dtype], device=like.device)
 
     def empty_like(self, x):
-        return self.torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        # Sizes as separate ints: torch parses them ~1 us faster than a torch.Size. A 0-dim x
+        # needs the sequence form (torch.empty() with no size is an error).
+        shape = x.shape
+        if shape:
+            return self.torch.empty(*shape, dtype=x.dtype, device=x.device)
+        return self.torch.empty(shape, dtype=x.dtype, device=x.device)
 
     def index_array(self, values, like):
         if isinstance(values, self.torch.Tensor):
@@ -131,12 +142,10 @@ class _TorchAdapter:
         return x.detach().cpu().numpy()
 
     def stream(self, like):
-        dev = like.device
-        if dev.type == "cuda":
-            raw = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)  # fast; what inductor uses
-            if raw is not None:
-                return raw(dev.index if dev.index is not None else self.torch.cuda.current_device())
-            return self.torch.cuda.current_stream(dev).cuda_stream
+        if like.is_cuda:  # a cuda tensor always has a device index
+            if self._raw_stream is not None:
+                return self._raw_stream(like.get_device())
+            return self.torch.cuda.current_stream(like.device).cuda_stream
         return 0
 
     def device(self, like):

@@ -81,6 +81,25 @@ def _forward(q, k, v, causal, window, softcap, scale, return_lse):
     return fw.wrap(out)
 
 
+def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
+    """_forward for tensors that passed _torch.eager_no_grad (plain torch Tensors, so fw is the
+    torch adapter): the same steps in the same order, without the adapter lookup."""
+    wl, wr = _window(window)
+    out = fw.empty_like(q)
+    lse = None
+    if return_lse:
+        s = q.shape
+        if len(s) == 4:  # sizes as separate ints, as in fw.empty_like: faster for torch to parse
+            lse = fw.torch.empty(s[0], s[2], s[1], dtype=fw.torch.float32, device=q.device)
+        else:
+            lse = fw.empty(q, (1,), "fp32")
+    to_c = fw.to_c
+    _C.attention_forward(to_c(q), to_c(k), to_c(v), to_c(out), None if lse is None else to_c(lse), scale,
+                         bool(causal), wl, wr, float(softcap), bool(return_lse), fw.stream(q),
+                         _config["num_threads"])
+    return (out, lse) if return_lse else out
+
+
 def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_lse):
     fw = adapter_for(q)
     wl, wr = _window(window)
@@ -183,7 +202,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, scale=None, r
     if _is_torch(q):
         _torch = _torch_module()
         if _torch.eager_no_grad(q, k, v):  # skip the custom op's dispatch overhead
-            return _forward(q, k, v, causal, window, softcap, scale, return_lse)
+            return _forward_torch(_torch.adapter, q, k, v, causal, window, softcap, scale, return_lse)
         return _torch.attention(q, k, v, causal, window, softcap, scale, return_lse)
     return _forward(q, k, v, causal, window, softcap, scale, return_lse)
 
