@@ -67,7 +67,23 @@ def time_ms(fn, reps, warmup=3):
     return statistics.median(time_samples(fn, reps, warmup))
 
 
-def interleaved_ms(entries, reps, rounds, timer=time_samples, done=None, failed=None):
+def settle_for(seconds):
+    """A settle step for interleaved_ms: fn called back to back for `seconds` of wall time, then a
+    synchronisation. The H200 runs heavy loads at its power cap and a backend inherits the clock
+    the one before it left (flash's long calls throttle whatever follows them); after this each
+    entry's samples start from the clock of its own steady load."""
+    import time
+    import torch
+
+    def settle(fn):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            fn()
+        torch.cuda.synchronize()
+    return settle
+
+
+def interleaved_ms(entries, reps, rounds, timer=time_samples, done=None, failed=None, settle=None):
     """Median milliseconds of each entry over `rounds` rounds of max(1, reps // rounds) timed calls
     (after a warm-up each round), the entries taking turns in every round (A, B, C, A, B, C, ...)
     so that a drift of the GPU's clock over the run (the H200 lowers it under its power cap and
@@ -76,7 +92,8 @@ def interleaved_ms(entries, reps, rounds, timer=time_samples, done=None, failed=
     the timed spans. rounds = 1 is one entry after the other, as time_ms. done(i, ms), if given,
     is called as soon as entry i's last round is timed. failed(i, exception), if given, takes an
     entry's error instead of raising it; that entry is then dropped from the later rounds and its
-    median is None."""
+    median is None. settle(fn), if given, runs before each entry's timed calls of a round, inside
+    its context (settle_for)."""
     rounds = max(1, rounds)
     per = max(1, reps // rounds)
     samples = [[] for _ in entries]
@@ -87,6 +104,8 @@ def interleaved_ms(entries, reps, rounds, timer=time_samples, done=None, failed=
                 continue
             try:
                 with context():
+                    if settle is not None:
+                        settle(fn)
                     samples[i] += timer(fn, per)
             except Exception as e:  # e.g. out of memory, or a backend failing after its probe
                 if failed is None:
@@ -166,12 +185,13 @@ class StampedRows(list):
         super().append(r)
 
 
-def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1, fp8=False, timer=time_samples):
+def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1, fp8=False, timer=time_samples,
+          settle=None):
     """Forward (and backward) of torch SDPA's flash and cuDNN backends and, when importable,
     tessera's module, on the same tensors; per shape and mask all of them are timed by
     interleaved_ms (rounds = 1: one after the other) with `timer`. fp8: tessera's FP8 forward too
     (head_dim 128 and 256, the same values rounded to e4m3, unit descales; dtype fp8_e4m3 in the
-    rows)."""
+    rows). settle: interleaved_ms's settle step (None: none)."""
     import contextlib
     import torch
     import torch.nn.functional as F
@@ -238,7 +258,7 @@ def dense(reps, rows, head_dims, seqs, tokens, dtype_name, backward, rounds=1, f
                           file=sys.stderr)
 
                 interleaved_ms([(c, f) for _, _, c, f in entries], reps, rounds, timer=timer, done=add_row,
-                               failed=log_error)
+                               failed=log_error, settle=settle)
             del q, k, v
             torch.cuda.empty_cache()
 
@@ -307,6 +327,9 @@ def main():
                          "synchronisation: host time up to the launch included); queued times --queue calls "
                          "back to back between two events (the kernels' own time)")
     ap.add_argument("--queue", type=int, default=10, help="calls per sample under --timing queued")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="dense shapes: seconds of each backend's own calls, untimed, before its samples of a "
+                         "round, so that none inherits the clock another's load left (0: none)")
     ap.add_argument("--stamps", action="store_true",
                     help="print each row's end time to stderr (to line rows up with a power / clock log)")
     args = ap.parse_args()
@@ -314,6 +337,8 @@ def main():
         ap.error(f"--rounds: expected a whole number >= 1, got {args.rounds}")
     if args.queue < 1:
         ap.error(f"--queue: expected a whole number >= 1, got {args.queue}")
+    if not 0.0 <= args.settle <= 10.0:
+        ap.error(f"--settle: expected seconds in [0, 10], got {args.settle}")
     try:
         import torch
     except ImportError:
@@ -329,7 +354,7 @@ def main():
     if args.timing == "queued":
         timer = lambda fn, reps: time_samples_queued(fn, reps, depth=args.queue)
     dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward,
-          args.rounds, fp8=not args.no_fp8, timer=timer)
+          args.rounds, fp8=not args.no_fp8, timer=timer, settle=settle_for(args.settle) if args.settle > 0 else None)
     if not args.no_decode:
         configs = [(1, 131072), (8, 32768), (64, 4096), (128, 8192), (256, 2048)]
         decode(args.reps, rows, configs, "bf16")

@@ -120,3 +120,24 @@ def test_queued_samples_time_depth_calls_between_two_events_and_divide():
     assert log[:3] == ["call", "call", "sync"]
     assert log[3:3 + 8] == ["event"] + ["call"] * 5 + ["event", "sync"]
     assert log.count("call") == 2 + 3 * 5
+
+
+def test_settle_runs_before_each_entrys_timed_calls_inside_its_context():
+    log = []
+
+    def context(name):
+        @contextlib.contextmanager
+        def cm():
+            log.append("enter " + name)
+            yield
+            log.append("exit " + name)
+        return cm
+
+    def timer(fn, reps):
+        log.append("time " + fn())
+        return [1.0] * reps
+
+    entries = [(context(n), (lambda n=n: n)) for n in "ab"]
+    peers.interleaved_ms(entries, reps=2, rounds=2, timer=timer, settle=lambda fn: log.append("settle " + fn()))
+    one_round = ["enter a", "settle a", "time a", "exit a", "enter b", "settle b", "time b", "exit b"]
+    assert log == one_round * 2
