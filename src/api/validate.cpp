@@ -28,6 +28,9 @@ void present(const Tensor& t, const char* name) {
 void absent_or_present(const Tensor&, const char*) {}
 
 void rank(const Tensor& t, const char* name, int expected, const char* dims) {
+  // A 0-dim array has data but no dims: say so, not "absent" (rank 0 is how absence is spelled).
+  if (t.rank == 0 && t.data != nullptr)
+    fail(ErrorCode::invalid_argument, name, std::to_string(expected) + " dims " + dims, "0 dims (a scalar)");
   present(t, name);
   if (t.rank != expected)
     fail(ErrorCode::invalid_argument, name, std::to_string(expected) + " dims " + dims,

@@ -76,6 +76,20 @@ TEST(Validation, QRank) {
   expect_error([&] { attention_forward(q3, p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "q", p);
 }
 
+TEST(Validation, ScalarTensorIsNotCalledAbsent) {
+  // A 0-dim array (data, no dims) is a rank error, not an absent tensor.
+  Problem p;
+  Tensor scalar(p.q.data(), DType::f32, {});
+  expect_error([&] { attention_forward(scalar, p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "q", p);
+  try {
+    attention_forward(scalar, p.K(), p.V(), p.O(), p.L(), p.opt);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q: expected 4 dims (batch, seq_q, heads_q, head_dim), got 0 dims (a scalar)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Validation, AbsentTensor) {
   Problem p;
   expect_error([&] { attention_forward(p.Q(), Tensor{}, p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "k", p);
