@@ -5,6 +5,8 @@ tokens per batch 16384, heads 2048 / head_dim.
   python3 bench/profile_case.py --op forward --dtype fp8 --d 128 --seq 16384 [--causal] [--iters 10]
   python3 bench/profile_case.py --ragged 128 --d 128 [--causal]   (16384 tokens packed as 128
       sequences of random lengths, cu_seqlens on the device, as the bench suite cuda.forward_ragged)
+  python3 bench/profile_case.py --d 64 --seq 4096 --window 512   (a sliding window: each query
+      sees itself and the 512 keys before it; TFLOP/s over the pairs the window lets through)
 
 Under ncu, --launch-skip 1 skips the warm-up call.
 """
@@ -26,6 +28,8 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=16384)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--window", type=int, default=None, metavar="LEFT",
+                    help="a sliding window (LEFT, 0): query i sees keys i - LEFT .. i (bf16 / fp16, dense)")
     ap.add_argument("--ragged", type=int, default=None, metavar="SEQUENCES",
                     help="forward over 16384 packed tokens split into this many random lengths")
     ap.add_argument("--serve", action="store_true",
@@ -40,6 +44,11 @@ def main(argv=None):
         ap.error("--ragged: times the bf16/fp16 ragged forward; --dtype fp8 is not supported with it")
     if a.ragged is not None and a.op == "backward":
         ap.error("--ragged: times the ragged forward; --op backward is not supported with it")
+    if a.window is not None:
+        if a.window < 0:
+            ap.error(f"--window: expected the keys before each query (>= 0), got {a.window}")
+        if a.ragged is not None or a.dtype == "fp8" or a.causal:
+            ap.error("--window: a dense bf16 / fp16 case without --causal or --ragged (the window is causal itself)")
     batch, heads = max(1, 16384 // a.seq), 2048 // a.d
     shape = (batch, a.seq, heads, a.d)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -59,17 +68,22 @@ def main(argv=None):
     else:
         q, k, v = (torch.randn(shape, device="cuda", dtype=base, generator=g) for _ in range(3))
         flops = 4.0 * batch * heads * a.seq * a.seq * a.d / (2 if a.causal else 1) * (2.5 if a.op == "backward" else 1)
+        if a.window is not None:  # query i sees min(i, LEFT) + 1 keys
+            w, n = a.window, a.seq
+            pairs = n * (w + 1) - (w * (w + 1) // 2 if w < n else n * (n - 1) // 2 + n * (w + 1 - n))
+            flops = 4.0 * batch * heads * pairs * a.d * (2.5 if a.op == "backward" else 1)
+    window = (-1, -1) if a.window is None else (a.window, 0)
     if a.ragged is not None:
         pass  # run and flops were set with the packed inputs above
     elif a.dtype == "fp8":
         q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
         run = lambda: tessera.attention_fp8(q, k, v, causal=a.causal)
     elif a.op == "forward":
-        run = lambda: tessera.attention(q, k, v, causal=a.causal)
+        run = lambda: tessera.attention(q, k, v, causal=a.causal, window=window)
     else:
-        out, lse = tessera.attention(q, k, v, causal=a.causal, return_lse=True)
+        out, lse = tessera.attention(q, k, v, causal=a.causal, window=window, return_lse=True)
         dout = torch.randn_like(out)
-        run = lambda: tessera.attention_backward(q, k, v, out, dout, lse, causal=a.causal)
+        run = lambda: tessera.attention_backward(q, k, v, out, dout, lse, causal=a.causal, window=window)
     run()  # warm-up (module load, first-touch)
     times = []
     for _ in range(a.iters):
@@ -80,7 +94,8 @@ def main(argv=None):
         end.synchronize()
         times.append(start.elapsed_time(end))
     ms = sorted(times)[len(times) // 2]
-    print(f"{a.op} {a.dtype} d{a.d} seq{a.seq} causal={int(a.causal)}: median {ms:.3f} ms of {a.iters} "
+    shown = f" window={a.window}" if a.window is not None else ""
+    print(f"{a.op} {a.dtype} d{a.d} seq{a.seq} causal={int(a.causal)}{shown}: median {ms:.3f} ms of {a.iters} "
           f"({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
 
 

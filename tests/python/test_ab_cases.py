@@ -183,9 +183,11 @@ TESSERA_STUB = textwrap.dedent('''
     import os
 
 
-    def attention(q, k, v, causal=False, return_lse=False):
+    def attention(q, k, v, causal=False, window=(-1, -1), return_lse=False):
         if os.environ.get("STUB_FAIL") == "1":
             raise RuntimeError("stub failure\\nover two lines")
+        if window != (-1, -1) and window[1] != 0:  # profile_case passes (LEFT, 0) or none
+            raise ValueError(f"window: expected (LEFT, 0), got {window}")
         return (q, q) if return_lse else q
 
 
@@ -211,7 +213,7 @@ def test_real_harness_with_stub_modules(tmp_path):
     log = tmp_path / "calls.log"
     env = dict(os.environ, STUB_LOG=str(log))
     cases = ["--d 128", "TESSERA_STUB_MS=4 --d 64", "--d 128", "STUB_FAIL=1 --d 128", "--d 128 --causal \"x",
-             "--dtype fp9", "--d 256"]
+             "--dtype fp9", "--d 256", "--d 64 --seq 1024 --window 128", "--window 128 --causal"]
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--timeout", "60", a, b, "--",
                         *cases], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
@@ -223,6 +225,8 @@ def test_real_harness_with_stub_modules(tmp_path):
     assert rows[4].endswith("| ? / ? | ? / ? | n/a | n/a | n/a |")  # unbalanced quote
     assert rows[5] == "| --dtype fp9 | ? / ? | ? / ? | n/a | n/a | n/a |"
     assert rows[6] == "| --d 256 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 |"
+    assert rows[7] == "| --d 64 --seq 1024 --window 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 |"
+    assert rows[8] == "| --window 128 --causal | ? / ? | ? / ? | n/a | n/a | n/a |"  # refused: the window is causal
     # Cases that reached torch: every tree in turn, round 2 starting at B.
     served = log.read_text().split()
-    assert served == ["A", "B", "B", "A"] * 4 + ["A", "B", "B", "A"], served
+    assert served == ["A", "B", "B", "A"] * 5 + ["A", "B", "B", "A"], served
