@@ -9,7 +9,8 @@ then ... B A (so neither always follows the other); each turn is --cool seconds 
 of --queue calls back to back between two CUDA events for --seconds of wall time, while
 `nvidia-smi -lms` logs the SM clock and power. The second half of each turn is its steady state:
 the medians of its samples' ms per call, of the clock and of the power there are reported, and
-TFLOP/s per GHz of SM clock (work per clock, which the power cap does not move).
+TFLOP/s per GHz of SM clock (work per clock, which the power cap does not move). --backward
+times the backward through autograd instead (tessera's path as TESSERA_CUDA_BACKWARD selects).
   PYTHONPATH=build-gpu/python python3 bench/clock_under_load.py [--shapes d,seq,causal ...]
 """
 import argparse
@@ -93,6 +94,8 @@ def main():
     ap.add_argument("--queue", type=int, default=10, help="calls per sample")
     ap.add_argument("--period", type=int, default=50, help="nvidia-smi sampling period, ms")
     ap.add_argument("--flash", action="store_true", help="torch's flash backend as well")
+    ap.add_argument("--backward", action="store_true",
+                    help="time the backward through autograd (2.5x the forward's FLOPs) instead of the forward")
     args = ap.parse_args()
     if not 0.5 <= args.seconds <= 30:
         ap.error(f"--seconds: expected 0.5 to 30, got {args.seconds}")
@@ -115,12 +118,26 @@ def main():
             heads, batch = 2048 // d, max(1, 16384 // s)
             q, k, v = (torch.randn(batch, s, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-            sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
-            backends = [("torch_cudnn", SDPBackend.CUDNN_ATTENTION, sdpa),
-                        ("tessera_py", None, lambda: ts.attention(q, k, v, causal=bool(causal)))]
+            sdpa = lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=bool(causal))
+            mine = lambda a, b, c: ts.attention(a, b, c, causal=bool(causal))
+
+            def call(forward, inputs, backend):
+                """The forward on inputs, or with --backward the gradients of a fixed dO through
+                autograd (the forward run once here, under the backend that its backward takes)."""
+                if not args.backward:
+                    return lambda: forward(*inputs)
+                grads = [t.detach().requires_grad_() for t in inputs]
+                with (sdpa_kernel(backend) if backend is not None else contextlib.nullcontext()):
+                    o = forward(*grads)
+                g = torch.randn_like(o)
+                return lambda: torch.autograd.grad(o, grads, g, retain_graph=True)
+
+            backends = [("torch_cudnn", SDPBackend.CUDNN_ATTENTION), ("tessera_py", None)]
             if args.flash:
-                backends.append(("torch_flash", SDPBackend.FLASH_ATTENTION, sdpa))
-            flops = attention_flops(batch, heads, s, s, d, bool(causal))
+                backends.append(("torch_flash", SDPBackend.FLASH_ATTENTION))
+            backends = [(name, be, call(sdpa, (qt, kt, vt), be) if be is not None else call(mine, (q, k, v), be))
+                        for name, be in backends]
+            flops = (2.5 if args.backward else 1.0) * attention_flops(batch, heads, s, s, d, bool(causal))
             results = {name: ([], [], []) for name, _, _ in backends}
             for order in (backends, backends[::-1]):
                 for name, backend, fn in order:
