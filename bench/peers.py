@@ -9,7 +9,10 @@ Writes CSV rows (suite,backend,dtype,head_dim,seq,batch,heads,causal,ms,tflops,g
 CUDA events after warm-up; the median of --reps runs is reported. --timing eager (the default)
 times each call alone, so each backend's host time up to its launch is in its figure (34-41 us
 for tessera's Python call, 18-30 for cuDNN's through SDPA, H200 machine); --timing queued times
---queue calls back to back between two events, so the kernels' own times are compared.
+--queue calls back to back between two events, so the kernels' own times are compared. On a
+power-capped GPU a backend's first samples run at the clock the one before it left (flash, a cooler
+load, leaves it high): --settle S runs each backend's own calls first. scripts/gpu-check uses
+--timing queued --settle 0.3.
 """
 import argparse
 import csv
