@@ -105,7 +105,12 @@ def main():
         ap.error(f"--queue: expected a whole number >= 1, got {args.queue}")
     if not 20 <= args.period <= 1000:
         ap.error(f"--period: expected 20 to 1000 ms, got {args.period}")
+    import shutil
+    if shutil.which("nvidia-smi") is None:
+        ap.error("nvidia-smi: expected on PATH (the clock and power log), found none")
     import torch
+    if not torch.cuda.is_available():
+        ap.error("a CUDA device: expected one for torch, found none")
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import tessera as ts

@@ -36,3 +36,14 @@ def test_bad_arguments_are_refused_naming_the_argument(args, message):
                          capture_output=True, text=True)
     assert run.returncode == 2
     assert message in run.stderr
+
+
+def test_without_nvidia_smi_it_stops_with_a_message_before_torch():
+    # The clock log needs nvidia-smi: refused up front (exit 2), naming what is missing.
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable))
+    run = subprocess.run([sys.executable, os.path.join(BENCH, "clock_under_load.py")], capture_output=True, text=True,
+                         env=env)
+    if "nvidia-smi" in os.listdir(os.path.dirname(sys.executable)):
+        pytest.skip("nvidia-smi sits beside the interpreter")
+    assert run.returncode == 2
+    assert "nvidia-smi: expected on PATH" in run.stderr
