@@ -157,12 +157,14 @@ TAIL_MUTATIONS = {
 
 
 def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False, transposers=True, tail=False,
-        mutation=None):
+        mutation=None, turns_at_ends=True):
     """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
     consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB), vt_global: FP8
     with V^T loaded by the producer's TMA instead of transposed by warps; transposers=False (with
     vt_global): the V^T-only instance, no transposing warps at all (kernel_traits.cuh kVtOnly);
     tail: the tail-row instance (16-bit, two Q buffers; mutation: one of TAIL_MUTATIONS);
+    turns_at_ends=False: a tile's first Q K^T and last P V issued without a turn
+    (kv_tile_schedule.cuh kTurnsAtEnds, the forward's order since the twenty-fourth session);
     agents are generators advanced in random order, TMA copies land at random later times."""
     assert transposers or (fp8 and vt_global), "only V^T-only FP8 instances lack the transposing warps"
     assert not tail or (not fp8 and QB == 2), "the tail-row instance: 16-bit, two Q buffers (kQGroups == 1)"
@@ -336,10 +338,12 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 st = it % S
                 while not k_full[st].try_wait((it // S) & 1):
                     yield BLOCKED
-                yield from take(c)
+                if turns_at_ends:
+                    yield from take(c)
                 assert qbuf[b]["rows"][c] == q_tag(t)
                 assert kbuf[st] == (t, 0)
-                pas(c)
+                if turns_at_ends:
+                    pas(c)
                 yield  # the wgmma runs until its wait: Q and K must still hold this tile's data
                 assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, 0), "Q or K overwritten under the wgmma"
                 k_empty[st].arrive(4)
@@ -365,9 +369,11 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 last = it % S
                 while not pvf[last].try_wait((it // S) & 1):
                     yield BLOCKED
-                yield from take(c)
+                if turns_at_ends:
+                    yield from take(c)
                 assert pvb[last] == (t, n - 1)
-                pas(c)
+                if turns_at_ends:
+                    pas(c)
                 yield
                 assert pvb[last] == (t, n - 1), "V overwritten under the wgmma"
                 pve[last].arrive(4)
@@ -550,6 +556,9 @@ def test_protocol_random_schedule(seed):
     # Two Q buffers where shared memory allows (d64, d128 masked and unmasked, fp8 d128).
     q_buffers = rnd.choice([1, 2])
     run(tiles, lambda t: lens[t], stages, seed, fp8=fp8, W=warpgroups, QB=q_buffers)
+    # The forward's order: no turn for a tile's first Q K^T and last P V (the batch prefill keeps
+    # them).
+    run(tiles, lambda t: lens[t], stages, seed + 3333, fp8=fp8, W=warpgroups, QB=q_buffers, turns_at_ends=False)
     # FP8 with V^T loaded by TMA from the pass's workspace (fp8_v_transpose.h).
     run(tiles, lambda t: lens[t], stages, seed + 7777, fp8=True, W=warpgroups, QB=q_buffers, vt_global=True)
     # The V^T-only instance (FP8 d256: two consumer warpgroups, two Q buffers): no transposers.

@@ -668,7 +668,8 @@ __global__ void __launch_bounds__(
         static_assert(S >= kWarpgroups, "run_kv_share: every share's tile in the ring at once");
         run_kv_share<S>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
       } else {
-        run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops, s_flat, o_flat);
+        // The tile's first Q K^T and last P V without a turn (kv_tile_schedule.cuh).
+        run_kv_tiles<S, Tr::kSerialGemms, false>(tc.n_tiles, it, ops, s_flat, o_flat);
       }
     }
     if constexpr (kTailRows) {
