@@ -68,12 +68,19 @@ TileOps(F...) -> TileOps<F...>;
 // order), only the steady-state steps take one, so every warpgroup takes n_tiles - 1 turns a
 // tile. With turns there, a warpgroup's second step waited for the turn the other warpgroup
 // takes for its first Q K^T, i.e. for that warpgroup's epilogue of the tile before.
-template <int S, bool kSerialGemms, bool kTurnsAtEnds = true, class Ops, int kS, int kO>
-__device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, float (&s)[kS], float (&o)[kO]) {
+// after_first_qk(): runs while the tile's first Q K^T is in flight (the forward gives back the
+// Q buffer of its tile before last there, once its O store has read it).
+struct NoStep {
+  __device__ void operator()() const {}
+};
+template <int S, bool kSerialGemms, bool kTurnsAtEnds = true, class Ops, int kS, int kO, class AfterFirstQk = NoStep>
+__device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, float (&s)[kS], float (&o)[kO],
+                                             AfterFirstQk after_first_qk = {}) {
   mbarrier_wait_parity(op.k_full(it % S), (it / S) & 1);
   if constexpr (kTurnsAtEnds) op.take_turn();
   op.issue_qk(it % S);
   if constexpr (kTurnsAtEnds) op.pass_turn();
+  after_first_qk();
   wgmma_wait<0>();
   wgmma_fence_operand(s);
   op.release_k(it % S);
