@@ -157,16 +157,24 @@ TAIL_MUTATIONS = {
 
 
 def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False, transposers=True, tail=False,
-        mutation=None):
+        mutation=None, turns_at_ends=True, defer_q_release=False, store_wait=True):
     """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
     consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB), vt_global: FP8
     with V^T loaded by the producer's TMA instead of transposed by warps; transposers=False (with
     vt_global): the V^T-only instance, no transposing warps at all (kernel_traits.cuh kVtOnly);
     tail: the tail-row instance (16-bit, two Q buffers; mutation: one of TAIL_MUTATIONS);
+    turns_at_ends=False: a tile's first Q K^T and last P V issued without a turn
+    (kv_tile_schedule.cuh kTurnsAtEnds, the forward's order since the twenty-fourth session);
+    the epilogue's O store is a copy that reads the warpgroup's Q rows at a random later time
+    (the release waits for that read: tma_store_wait_read); defer_q_release (two Q buffers, not
+    the tail instance: kernel.cuh kDeferQRelease): that wait and the Q buffer's release come
+    after the next tile's first Q K^T is issued, or at the next epilogue (store_wait=False: a
+    deliberate mistake, the release without that wait);
     agents are generators advanced in random order, TMA copies land at random later times."""
     assert transposers or (fp8 and vt_global), "only V^T-only FP8 instances lack the transposing warps"
     assert not tail or (not fp8 and QB == 2), "the tail-row instance: 16-bit, two Q buffers (kQGroups == 1)"
     assert mutation is None or (tail and mutation in TAIL_MUTATIONS), mutation
+    assert not defer_q_release or (QB == 2 and not tail), "deferred Q release: two Q buffers, not the tail instance"
     tw = 3 if fp8 and transposers else 0  # transposing warps
     rnd = random.Random(seed)
     # Q barrier pairs per buffer: with one buffer one per warpgroup (its 64 rows load and are
@@ -313,6 +321,17 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     def pas(c):
         turn[(c + 1) % W].arrive(128, c)
 
+    pending = [None] * W  # per warpgroup: (Q buffer, its O store) not yet released
+
+    def release_pending(c):
+        if pending[c] is None:
+            return
+        b, store = pending[c]
+        while store_wait and not store["read"]:  # tma_store_wait_read<0>
+            yield BLOCKED
+        q_empty[b][grp(c)].arrive(1)
+        pending[c] = None
+
     def consumer(c):
         it = 0
         qr = 0
@@ -336,10 +355,13 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 st = it % S
                 while not k_full[st].try_wait((it // S) & 1):
                     yield BLOCKED
-                yield from take(c)
+                if turns_at_ends:
+                    yield from take(c)
                 assert qbuf[b]["rows"][c] == q_tag(t)
                 assert kbuf[st] == (t, 0)
-                pas(c)
+                if turns_at_ends:
+                    pas(c)
+                yield from release_pending(c)  # run_kv_tiles' after_first_qk
                 yield  # the wgmma runs until its wait: Q and K must still hold this tile's data
                 assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, 0), "Q or K overwritten under the wgmma"
                 k_empty[st].arrive(4)
@@ -365,17 +387,31 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 last = it % S
                 while not pvf[last].try_wait((it // S) & 1):
                     yield BLOCKED
-                yield from take(c)
+                if turns_at_ends:
+                    yield from take(c)
                 assert pvb[last] == (t, n - 1)
-                pas(c)
+                if turns_at_ends:
+                    pas(c)
                 yield
                 assert pvb[last] == (t, n - 1), "V overwritten under the wgmma"
                 pve[last].arrive(4)
                 it += 1
-            # epilogue: overwrite own Q rows, release
+            # epilogue: overwrite own Q rows, store them (a copy that reads them later), release the
+            # buffer once the store has read it: now, or deferred (release_pending)
+            yield from release_pending(c)
             qbuf[b]["rows"][c] = ("o", t)
             yield
-            q_empty[b][grp(c)].arrive(1)
+            store = {"read": False}
+
+            def store_reads(b=b, c=c, t=t, store=store):
+                assert qbuf[b]["rows"][c] == ("o", t), ("O overwritten before its store read it", qbuf[b]["rows"][c], t)
+                store["read"] = True
+                _clock[0] += 1  # a state change: a warpgroup blocked on this read may go on
+
+            tma(store_reads)
+            pending[c] = (b, store)
+            if not defer_q_release:
+                yield from release_pending(c)
             qr += 1
         if c == 0:
             yield from take(c)
@@ -550,6 +586,10 @@ def test_protocol_random_schedule(seed):
     # Two Q buffers where shared memory allows (d64, d128 masked and unmasked, fp8 d128).
     q_buffers = rnd.choice([1, 2])
     run(tiles, lambda t: lens[t], stages, seed, fp8=fp8, W=warpgroups, QB=q_buffers)
+    # The forward's order: no turn for a tile's first Q K^T and last P V (the batch prefill keeps
+    # them).
+    run(tiles, lambda t: lens[t], stages, seed + 3333, fp8=fp8, W=warpgroups, QB=q_buffers, turns_at_ends=False,
+        defer_q_release=q_buffers == 2)
     # FP8 with V^T loaded by TMA from the pass's workspace (fp8_v_transpose.h).
     run(tiles, lambda t: lens[t], stages, seed + 7777, fp8=True, W=warpgroups, QB=q_buffers, vt_global=True)
     # The V^T-only instance (FP8 d256: two consumer warpgroups, two Q buffers): no transposers.
@@ -603,3 +643,22 @@ def test_tail_mutation_fails(mutation):
     failed = [m for m in seen if m is not None]
     assert len(failed) >= (len(seen) * 2 // 3 if racy else len(seen)), (mutation, seen)
     assert all(any(frag in m for frag in expect.split("|")) for m in failed), (mutation, seen)
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_q_release_without_store_wait_fails(defer):
+    # A Q buffer given back before its O store has read it: the producer's next Q lands on the
+    # rows the store still has to read, on some schedules (two Q buffers, deferred or not).
+    failed = []
+    for seed in range(40):
+        rnd = random.Random(seed)
+        tiles = rnd.randint(3, 6)
+        lens = [rnd.choice([1, 2, 3]) for _ in range(tiles)]
+        try:
+            run(tiles, lambda t: lens[t], 2, seed, W=2, QB=2, turns_at_ends=False, defer_q_release=defer,
+                store_wait=False)
+        except AssertionError as e:
+            assert "O overwritten before its store read it" in str(e), str(e)
+            failed.append(seed)
+    assert failed, "the release without the store's read wait was never caught"
+

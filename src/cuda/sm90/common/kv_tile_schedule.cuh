@@ -64,12 +64,23 @@ TileOps(F...) -> TileOps<F...>;
 // Runs tiles 0 .. n_tiles - 1 (n_tiles > 0) from ring position `it` (K/V tiles consumed so
 // far; advanced by n_tiles). Tile i's K and V are in stage (it + i) % S, with phase
 // ((it + i) / S) & 1. s and o: the S and O accumulators of the wgmmas (fenced after each wait).
-template <int S, bool kSerialGemms, class Ops, int kS, int kO>
-__device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, float (&s)[kS], float (&o)[kO]) {
+// kTurnsAtEnds false: the tile's first Q K^T and its last P V are issued without a turn (FA3's
+// order), only the steady-state steps take one, so every warpgroup takes n_tiles - 1 turns a
+// tile. With turns there, a warpgroup's second step waited for the turn the other warpgroup
+// takes for its first Q K^T, i.e. for that warpgroup's epilogue of the tile before.
+// after_first_qk(): runs while the tile's first Q K^T is in flight (the forward gives back the
+// Q buffer of its tile before last there, once its O store has read it).
+struct NoStep {
+  __device__ void operator()() const {}
+};
+template <int S, bool kSerialGemms, bool kTurnsAtEnds = true, class Ops, int kS, int kO, class AfterFirstQk = NoStep>
+__device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, float (&s)[kS], float (&o)[kO],
+                                             AfterFirstQk after_first_qk = {}) {
   mbarrier_wait_parity(op.k_full(it % S), (it / S) & 1);
-  op.take_turn();
+  if constexpr (kTurnsAtEnds) op.take_turn();
   op.issue_qk(it % S);
-  op.pass_turn();
+  if constexpr (kTurnsAtEnds) op.pass_turn();
+  after_first_qk();
   wgmma_wait<0>();
   wgmma_fence_operand(s);
   op.release_k(it % S);
@@ -114,9 +125,9 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, floa
   }
   const int last = it % S;
   mbarrier_wait_parity(op.pv_full(last), (it / S) & 1);
-  op.take_turn();
+  if constexpr (kTurnsAtEnds) op.take_turn();
   op.issue_pv(last);
-  op.pass_turn();
+  if constexpr (kTurnsAtEnds) op.pass_turn();
   wgmma_wait<0>();
   wgmma_fence_operand(o);
   op.release_v(last);

@@ -512,6 +512,23 @@ __global__ void __launch_bounds__(
 
   int it = 0;       // K/V tiles consumed so far (ring position)
   int q_round = 0;  // Q tiles consumed so far
+  // Two Q buffers: the buffer whose O this warpgroup's TMA store may still be reading (-1: none).
+  // Thread 0 waits for that read and gives the buffer back to the producer while the next tile's
+  // first Q K^T runs (or at the next epilogue), not right after issuing the store: the producer
+  // needs the buffer only for the tile after next. One buffer: at once (the next Q goes there);
+  // tail rows too (run_kv_share has no first Q K^T to hide it under: the release would wait for
+  // the next epilogue, and the Q after it would load late).
+  constexpr bool kDeferQRelease = QB > 1 && !kTailRows;
+  int pending_q = -1;
+  auto release_pending_q = [&] {
+    if constexpr (kDeferQRelease) {
+      if (pending_q >= 0 && t == 0) {
+        tma_store_wait_read<0>();
+        mbarrier_arrive(q_empty(pending_q, c));
+      }
+      pending_q = -1;
+    }
+  };
   for (;;) {  // q_round counts the tiles taken so far: the tile ring's position too
     const int tile = read_tile(q_round, lane);
     if (tile >= num_tiles) break;
@@ -668,7 +685,8 @@ __global__ void __launch_bounds__(
         static_assert(S >= kWarpgroups, "run_kv_share: every share's tile in the ring at once");
         run_kv_share<S>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
       } else {
-        run_kv_tiles<S, Tr::kSerialGemms>(tc.n_tiles, it, ops, s_flat, o_flat);
+        // The tile's first Q K^T and last P V without a turn (kv_tile_schedule.cuh).
+        run_kv_tiles<S, Tr::kSerialGemms, false>(tc.n_tiles, it, ops, s_flat, o_flat, release_pending_q);
       }
     }
     if constexpr (kTailRows) {
@@ -719,6 +737,7 @@ __global__ void __launch_bounds__(
     // (its last Q K^T has completed), then one TMA store per panel (dense) or 16-byte row stores
     // (ragged, where a box past the sequence would write into the next one); then give the Q
     // buffer back to the producer. ----
+    release_pending_q();  // where no first Q K^T gave it back (no K/V tile, tail rows)
     const int valid_rows = min(64, tc.q_len - wg_row0);  // rows of this warpgroup inside the sequence
     // A part of a split tile (kSplit, tc.split >= 0): the thread's two columns of row rr of O
     // times sc (fp32 O / l, FP8's V descale folded in), and the row's LSE, into the part's
@@ -802,10 +821,13 @@ __global__ void __launch_bounds__(
             for (int p = 0; p < Tr::kPanels; ++p)
               tma_store_4d(&a.map_o, sQ(qb) + p * Tr::kQPanelBytes + 64u * 128u * c, 64 * p, wg_row0, tc.head, tc.seq);
             tma_store_commit();
-            tma_store_wait_read<0>();  // the Q buffer may be refilled once the copy has read it
+            // The Q buffer may be refilled once the copy has read it: now with one buffer, later
+            // with two (release_pending_q).
+            if constexpr (!kDeferQRelease) tma_store_wait_read<0>();
           }
-          mbarrier_arrive(q_empty(qb, c));
+          if constexpr (!kDeferQRelease) mbarrier_arrive(q_empty(qb, c));
         }
+        if constexpr (kDeferQRelease) pending_q = qb;
       } else {
         constexpr int kChunks = D / 8;  // 16-byte chunks per row
         Out* out = static_cast<Out*>(a.o) + (tc.q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row +
