@@ -186,7 +186,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, CudaFp8Grid, ::testing::ValuesIn(grid()),
 TEST(CudaFp8, VTransposePassWritesWhatThePVProductReads) {
   if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
   auto rng = fresh_rng();
-  // Logical key l of a 128-key tile holds key phys(l) (kernel.cuh, pack_weights_e4m3).
+  // Logical key l of a 128-key tile holds key phys(l) (fp8_operands.cuh, pack_weights_e4m3).
   auto phys = [](int l) {
     const int within = l % 32, qq = (within % 16) / 4, i = within % 4;
     return 32 * (l / 32) + 16 * (within / 16) + 2 * qq + (i & 1) + 8 * (i >> 1);

@@ -1,5 +1,5 @@
 """A model of the FP8 V transpose of the sm90 forward (transpose_v_tile in
-src/cuda/sm90/forward/kernel.cuh): every lane's addresses and byte permutes, run on random bytes
+src/cuda/sm90/forward/fp8_operands.cuh): every lane's addresses and byte permutes, run on random bytes
 and compared with the layout the P V product needs, plus the shared-memory bank conflicts of
 each warp instruction. Runs without a GPU; keep it in step with the kernel.
 

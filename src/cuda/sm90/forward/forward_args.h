@@ -44,7 +44,7 @@ struct FwdArgs {
   };
   Descale q_descale, k_descale, v_descale;
   // The grid's work: m_blocks x heads x batch tiles of kBlockM query rows; CTA i takes tile i
-  // first, then i + gridDim.x, ... or the counter's next (tile_coords in kernel.cuh gives the order).
+  // first, then i + gridDim.x, ... or the counter's next (tile_coords in tile_coords.cuh gives the order).
   // With the head_dim 64 tail-row launch (launch.cu) the whole blocks' launch counts m_blocks - 1
   // per (head, sequence) and the tail launch one tile per (head, sequence), its last block.
   int m_blocks = 0;

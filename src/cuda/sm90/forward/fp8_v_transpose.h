@@ -1,6 +1,6 @@
 // The FP8 forward's V^T pass: V (e4m3, [batch][seq_k][kv head][head_dim] under any strides) ->
 // V^T in a workspace, [batch][kv head][head_dim][pitch] bytes, keys in the order the kernel's
-// P fragments use (kernel.cuh, pack_weights_e4m3: within each 32 keys, logical 4q + i holds key
+// P fragments use (fp8_operands.cuh, pack_weights_e4m3: within each 32 keys, logical 4q + i holds key
 // 2q + (i & 1) + 8 (i >> 1), and 16 + that for the second 16), zero past seq_k. The forward's
 // producer then loads each K/V tile's V^T by TMA straight into the layout the P V wgmma reads,
 // instead of warps transposing every tile in shared memory: one pass per call instead of one
