@@ -45,10 +45,9 @@ TESSERA_HD KeyRange visible_keys(const MaskSpec& m, int i) {
   const int a = i - m.seq_q;
   int lo = 0, hi = m.seq_k;
   // diag - left > 0  <=>  a > left - seq_k (both >= 0: no overflow)
-  if (m.left >= 0 && a > m.left - m.seq_k) {
-    if (a > m.left) return {m.seq_k, m.seq_k};  // diag - left > seq_k: the window starts past the last key
-    lo = m.seq_k - (m.left - a);                 // left - a in [0, seq_k) here
-  }
+  // diag - left > seq_k (a > left): the window starts past the last key, and lo = seq_k empties
+  // the range (hi <= seq_k); otherwise left - a is in [0, seq_k).
+  if (m.left >= 0 && a > m.left - m.seq_k) lo = a > m.left ? m.seq_k : m.seq_k - (m.left - a);
   // diag + right + 1 < seq_k  <=>  a < -right - 1; then a + right + 1 in (-2^31, 0)
   if (m.right >= 0 && a < -m.right - 1) hi = m.seq_k + (a + m.right + 1);
   return {lo, hi > lo ? hi : lo};
