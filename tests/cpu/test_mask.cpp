@@ -47,19 +47,8 @@ TEST(Mask, VisibleKeysMatchDefinition) {
           }
 }
 
-// The range in 64-bit arithmetic, as mask.h computed it before its 32-bit form: the 32-bit one
-// must agree for every int input, at the ends of the int range as well.
-math::KeyRange visible_keys_64(const math::MaskSpec& m, int i) {
-  const long long diag = static_cast<long long>(i) + m.seq_k - m.seq_q;
-  long long lo = 0, hi = m.seq_k;
-  if (m.left >= 0 && diag - m.left > lo) lo = diag - m.left;
-  if (m.right >= 0 && diag + m.right + 1 < hi) hi = diag + m.right + 1;
-  if (hi < lo) hi = lo;
-  if (lo > m.seq_k) lo = hi = m.seq_k;
-  return {static_cast<int>(lo), static_cast<int>(hi)};
-}
-
-TEST(Mask, VisibleKeysAgreeWith64BitArithmeticOverTheIntRange) {
+TEST(Mask, NarrowVisibleKeysAgreeOverTheIntRange) {
+  // visible_keys_narrow (32-bit) against visible_keys (64-bit), at the ends of the int range too.
   constexpr int kMax = 2147483647;
   // Lengths, rows and window bounds near 0, near each other and near 2^31 - 1.
   const std::vector<int> lengths = {0, 1, 2, 7, 128, 1023, 1 << 20, (1 << 30) - 1, 1 << 30, kMax - 200, kMax - 1, kMax};
@@ -79,11 +68,16 @@ TEST(Mask, VisibleKeysAgreeWith64BitArithmeticOverTheIntRange) {
           m.left = left;
           m.right = right;
           for (int i : rows) {
-            const math::KeyRange got = math::visible_keys(m, i), want = visible_keys_64(m, i);
+            const math::KeyRange got = math::visible_keys_narrow(m, i), want = math::visible_keys(m, i);
             ASSERT_TRUE(got.begin == want.begin && got.end == want.end)
                 << "sq " << sq << " sk " << sk << " left " << left << " right " << right << " i " << i << ": got ["
                 << got.begin << ", " << got.end << "), want [" << want.begin << ", " << want.end << ")";
             ++checked;
+            if (i >= 0 && i < kMax) {  // and the row range built on it
+              const math::KeyRange rows_narrow = math::visible_keys_of_rows<true>(m, i, i + 1);
+              const math::KeyRange rows_wide = math::visible_keys_of_rows(m, i, i + 1);
+              ASSERT_TRUE(rows_narrow.begin == rows_wide.begin && rows_narrow.end == rows_wide.end) << "rows of " << i;
+            }
           }
         }
   // And random ones: lengths and bounds of every size, rows near the diagonal and anywhere.
@@ -104,7 +98,7 @@ TEST(Mask, VisibleKeysAgreeWith64BitArithmeticOverTheIntRange) {
     m.right = (next() % 4 == 0) ? -1 : (next() % 8 == 0 ? kMax - any_int(300) : sized());
     const long long near = static_cast<long long>(m.seq_q) + static_cast<long long>(next() % 600) - 300;
     const int i = (next() % 2 == 0 && near >= -1 && near <= kMax) ? static_cast<int>(near) : any_int(kMax);
-    const math::KeyRange got = math::visible_keys(m, i), want = visible_keys_64(m, i);
+    const math::KeyRange got = math::visible_keys_narrow(m, i), want = math::visible_keys(m, i);
     ASSERT_TRUE(got.begin == want.begin && got.end == want.end)
         << "sq " << m.seq_q << " sk " << m.seq_k << " left " << m.left << " right " << m.right << " i " << i;
     ++checked;

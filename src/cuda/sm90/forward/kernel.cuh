@@ -401,12 +401,14 @@ __global__ void __launch_bounds__(
     math::KeyRange full{0, tc.k_len};
     if constexpr (kMasked) {
       const math::MaskSpec spec = math::MaskSpec::make(tc.q_len, tc.k_len, a.causal, a.window_left, a.window_right);
-      keys[0] = math::visible_keys(spec, row);
-      keys[1] = math::visible_keys(spec, row + 8);
+      // (32-bit forms, the same ranges: 64-bit compares lengthened the chain before the tile's
+      // first wgmma.)
+      keys[0] = math::visible_keys_narrow(spec, row);
+      keys[1] = math::visible_keys_narrow(spec, row + 8);
       full = {-1, 0x7fffffff};  // a warpgroup without rows needs no mask
       if (wg_row0 < tc.q_len) {
-        full.begin = math::visible_keys(spec, min(wg_row0 + 64, tc.q_len) - 1).begin;
-        full.end = math::visible_keys(spec, wg_row0).end;
+        full.begin = math::visible_keys_narrow(spec, min(wg_row0 + 64, tc.q_len) - 1).begin;
+        full.end = math::visible_keys_narrow(spec, wg_row0).end;
       }
     }
 
