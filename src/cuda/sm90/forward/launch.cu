@@ -44,7 +44,10 @@ int smem_bytes_max() {
   const int a = FwdTraits<D, block_n_for(D, true)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, false)>::kSmemBytes;
   const int c = FwdTraits<D, block_n_for(D, false, false, true)>::kSmemBytes;
   const int d = D == 64 ? FwdTraits<D, block_n_for(D, false), 2, 0, false, false, D == 64>::kSmemBytes : 0;
-  return std::max({a, b, c, d});
+  // The masked instances' own layouts (their tile slots hold the tile's origin: a few bytes more).
+  const int e = FwdTraits<D, block_n_for(D, true), 2, 0, false, true>::kSmemBytes;
+  const int f = D == 64 ? FwdTraits<D, block_n_for(D, true), 2, 2, false, true>::kSmemBytes : 0;
+  return std::max({a, b, c, d, e, f});
 }
 
 int smem_bytes(int head_dim) {
