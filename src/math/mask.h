@@ -47,8 +47,9 @@ TESSERA_HD KeyRange visible_keys(const MaskSpec& m, int i) {
   return {static_cast<int>(lo), static_cast<int>(hi)};
 }
 
-// The same range in 32-bit arithmetic, equal to visible_keys for every int input (i >= -1; each
-// difference is formed only where its exact value fits; tests/cpu/test_mask.cpp compares the two
+// The same range in 32-bit arithmetic, equal to visible_keys for every i >= -1 with seq_q, seq_k >= 0
+// (other inputs are outside its contract: i - seq_q could overflow); each difference is formed
+// only where its exact value fits; tests/cpu/test_mask.cpp compares the two
 // over the int range). For the sm90 forward's per-tile code, where the 64-bit compares
 // lengthened the serial chain before a tile's first wgmma (~100 instructions per tile; ncu, d64
 // causal 1k). The other kernels keep visible_keys: in the portable backward, whose inner loop
