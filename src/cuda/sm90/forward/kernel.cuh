@@ -175,6 +175,9 @@ __global__ void __launch_bounds__(
   // compute-sanitizer racecheck does not model: it reported the slot as a race).
   // Returns the tile index; where the slot holds the tile's origin (Tr::kOriginInSlot), o gets it.
   constexpr bool kOriginFromSlot = Tr::kOriginInSlot;
+  // The slot holds m0, head and sequence only: a split tile's part or a tail-row tile would need
+  // more (tile_origin), and neither occurs in a masked instance.
+  static_assert(!kOriginFromSlot || (kMasked && !kSplit && !kTailRows), "the tile slot's origin: masked instances only");
   auto read_tile = [&](int r, int lane, TileOrigin& o) {
     if constexpr (kOriginFromSlot) {
       uint4 w0 = {};
