@@ -175,21 +175,26 @@ __global__ void __launch_bounds__(
   // compute-sanitizer racecheck does not model: it reported the slot as a race).
   // Returns the tile index; where the slot holds the tile's origin (Tr::kOriginInSlot), o gets it.
   constexpr bool kOriginFromSlot = Tr::kOriginInSlot;
-  // The slot holds m0, head and sequence only: a split tile's part or a tail-row tile would need
-  // more (tile_origin), and neither occurs in a masked instance.
-  static_assert(!kOriginFromSlot || (kMasked && !kSplit && !kTailRows), "the tile slot's origin: masked instances only");
+  // The slot holds m0, head and sequence, and where the launch may split its tail (kSplit) the
+  // split tile's index and part; tile-row instances keep the index (tile_origin's kTailRows).
+  static_assert(!kOriginFromSlot || !kTailRows, "the tile slot's origin: no tail-row instance");
   auto read_tile = [&](int r, int lane, TileOrigin& o) {
     if constexpr (kOriginFromSlot) {
-      uint4 w0 = {};
+      uint4 w0 = {}, w1 = {};
       if (lane == 0) {
         mbarrier_wait_parity(tile_full(r % kSlots), (r / kSlots) & 1);
         w0 = ld_shared_v4_u32(tile_slot(r % kSlots));
+        if constexpr (kSplit) w1 = ld_shared_v4_u32(tile_slot(r % kSlots) + 16u);
         mbarrier_arrive(tile_empty(r % kSlots));
       }
       auto from_lane0 = [](unsigned v) { return static_cast<int>(__shfl_sync(0xffffffffu, v, 0)); };
       o.m0 = from_lane0(w0.y);
       o.head = from_lane0(w0.z);
       o.seq = from_lane0(w0.w);
+      if constexpr (kSplit) {
+        o.split = from_lane0(w1.x);
+        o.part = from_lane0(w1.y);
+      }
       return from_lane0(w0.x);
     } else {
       int tile = 0;
@@ -288,8 +293,9 @@ __global__ void __launch_bounds__(
           while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile)).active) tile = next_tile(tile);
         }
         mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);
-        if constexpr (kOriginFromSlot) {  // (masked: no split tiles, so the origin is these three)
+        if constexpr (kOriginFromSlot) {
           st_shared_v4_u32(tile_slot(q_round % kSlots), tile < num_tiles ? tile : num_tiles, o.m0, o.head, o.seq);
+          if constexpr (kSplit) st_shared_v4_u32(tile_slot(q_round % kSlots) + 16u, o.split, o.part, 0, 0);
         } else {
           st_shared_u32(tile_slot(q_round % kSlots), static_cast<std::uint32_t>(tile < num_tiles ? tile : num_tiles));
         }

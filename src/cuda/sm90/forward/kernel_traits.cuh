@@ -203,8 +203,12 @@ struct FwdTraits {
   // causal calls: head_dim 64 up to 1024 keys, 128) its origin as well, one 16-byte vector:
   // their consumers then skip the origin's divisions at every tile's start (kernel.cuh). In the
   // others the origin's values kept from the slot spilled (nvcc 13.0), so they publish the index.
-  static constexpr bool kOriginInSlot = kMasked_ && !kFp8 && kHeadDim <= 128 && kConsumerWarpgroups == 2;
-  static constexpr int kTileSlotBytes = kOriginInSlot ? 16 : 4;
+  // Also the short unmasked head_dim 128 instance (128-key tiles: calls up to 2048 keys), whose
+  // slot adds a split tile's part (its launch may split the last round's tiles): 32 bytes.
+  static constexpr bool kOriginInSlot =
+      !kFp8 && kHeadDim <= 128 && kConsumerWarpgroups == 2 && (kMasked_ || (!kTailRows_ && kBlockN_ == 128));
+  static constexpr int kTileSlotBytes = !kOriginInSlot ? 4 : kMasked_ ? 16 : 32;
+  static constexpr int kTileSlotAlign = kOriginInSlot ? 16 : 4;  // 16-byte vectors
   static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
   // Past the Q buffers: the K/V (and V^T) ring, the P buffers (kPInSmem), the barriers (Q pairs: an upper bound for
   // either Q layout, 2 x 2 or 1 x W pairs), the tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
@@ -230,7 +234,7 @@ struct FwdTraits {
   static_assert(kBlockM == kQBoxRows * kConsumerWarpgroups && kQBytes == kPanels * kConsumerWarpgroups * kQBoxRows * 128,
                 "a warpgroup's Q rows are one box per panel");
   static constexpr int kBarriers = kQBarriers + kStageBarriers;
-  static constexpr int kTileSlotOffset = (kBarrierOffset + 8 * kBarriers + kTileSlotBytes - 1) / kTileSlotBytes * kTileSlotBytes;
+  static constexpr int kTileSlotOffset = (kBarrierOffset + 8 * kBarriers + kTileSlotAlign - 1) / kTileSlotAlign * kTileSlotAlign;
   static constexpr int kSmemBytes = kTileSlotOffset + kTileSlotBytes * kTileSlots + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
   static_assert(kKOffset % 1024 == 0 && kKVTileBytes % 1024 == 0, "swizzled tiles are 1024-byte aligned");
