@@ -206,7 +206,7 @@ struct FwdTraits {
   // Also the short unmasked head_dim 128 instance (128-key tiles: calls up to 2048 keys), whose
   // slot adds a split tile's part (its launch may split the last round's tiles): 32 bytes.
   static constexpr bool kOriginInSlot =
-      !kFp8 && kHeadDim <= 128 && kConsumerWarpgroups == 2 && (kMasked_ || (!kTailRows_ && kBlockN_ == 128));
+      !kFp8 && (kHeadDim == 128 || !kMasked_) && kConsumerWarpgroups == 2 && (kMasked_ || (!kTailRows_ && kBlockN_ == 128));
   static constexpr int kTileSlotBytes = !kOriginInSlot ? 4 : kMasked_ ? 16 : 32;
   static constexpr int kTileSlotAlign = kOriginInSlot ? 16 : 4;  // 16-byte vectors
   static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
