@@ -199,14 +199,17 @@ struct FwdTraits {
   // empty per slot of the tile ring, then K full / K empty / V full / V empty (/ Vt full / Vt
   // empty for fp8), kStages each.
   static constexpr int kTileSlots = 2;  // tiles the producer publishes ahead
-  // A slot: the tile index, and in the masked 16-bit instances on two consumer warpgroups (short
-  // causal calls: head_dim 64 up to 1024 keys, 128) its origin as well, one 16-byte vector:
-  // their consumers then skip the origin's divisions at every tile's start (kernel.cuh). In the
-  // others the origin's values kept from the slot spilled (nvcc 13.0), so they publish the index.
+  // A slot: the tile index, and in the masked 16-bit head_dim 128 instances on two consumer
+  // warpgroups (short causal calls, ragged causal batches) its origin as well, one 16-byte
+  // vector: their consumers then skip the origin's divisions at every tile's start (kernel.cuh).
   // Also the short unmasked head_dim 128 instance (128-key tiles: calls up to 2048 keys), whose
   // slot adds a split tile's part (its launch may split the last round's tiles): 32 bytes.
+  // Masked head_dim 64 publishes the index only: with the origin it measured 2-4 % slower at
+  // 512-1024 keys (bench/RESULTS.md, twenty-sixth session). In the rest the origin's values kept
+  // from the slot spilled (nvcc 13.0).
   static constexpr bool kOriginInSlot =
-      !kFp8 && (kHeadDim == 128 || !kMasked_) && kConsumerWarpgroups == 2 && (kMasked_ || (!kTailRows_ && kBlockN_ == 128));
+      !kFp8 && kConsumerWarpgroups == 2 &&
+      (kMasked_ ? kHeadDim == 128 : kHeadDim <= 128 && !kTailRows_ && kBlockN_ == 128);
   static constexpr int kTileSlotBytes = !kOriginInSlot ? 4 : kMasked_ ? 16 : 32;
   static constexpr int kTileSlotAlign = kOriginInSlot ? 16 : 4;  // 16-byte vectors
   static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
