@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "math/dtype_convert.h"
@@ -44,6 +45,65 @@ TEST(Mask, VisibleKeysMatchDefinition) {
               }
             }
           }
+}
+
+TEST(Mask, NarrowVisibleKeysAgreeOverTheIntRange) {
+  // visible_keys_narrow (32-bit) against visible_keys (64-bit), at the ends of the int range too.
+  constexpr int kMax = 2147483647;
+  // Lengths, rows and window bounds near 0, near each other and near 2^31 - 1.
+  const std::vector<int> lengths = {0, 1, 2, 7, 128, 1023, 1 << 20, (1 << 30) - 1, 1 << 30, kMax - 200, kMax - 1, kMax};
+  const std::vector<int> bounds = {-1, 0, 1, 2, 127, 1 << 20, 1 << 30, kMax - 1, kMax};
+  std::vector<int> rows = {-1, 0, 1, 2, 200};
+  for (int n : lengths)
+    for (int d : {-200, -129, -128, -9, -8, -1, 0, 1, 8, 127, 128, 200})
+      if (static_cast<long long>(n) + d >= -1 && static_cast<long long>(n) + d <= kMax) rows.push_back(n + d);
+  long long checked = 0;
+  for (int sq : lengths)
+    for (int sk : lengths)
+      for (int left : bounds)
+        for (int right : bounds) {
+          math::MaskSpec m;
+          m.seq_q = sq;
+          m.seq_k = sk;
+          m.left = left;
+          m.right = right;
+          for (int i : rows) {
+            const math::KeyRange got = math::visible_keys_narrow(m, i), want = math::visible_keys(m, i);
+            ASSERT_TRUE(got.begin == want.begin && got.end == want.end)
+                << "sq " << sq << " sk " << sk << " left " << left << " right " << right << " i " << i << ": got ["
+                << got.begin << ", " << got.end << "), want [" << want.begin << ", " << want.end << ")";
+            ++checked;
+            if (i >= 0 && i < kMax) {  // and the row range built on it
+              const math::KeyRange rows_narrow = math::visible_keys_of_rows<true>(m, i, i + 1);
+              const math::KeyRange rows_wide = math::visible_keys_of_rows(m, i, i + 1);
+              ASSERT_TRUE(rows_narrow.begin == rows_wide.begin && rows_narrow.end == rows_wide.end) << "rows of " << i;
+            }
+          }
+        }
+  // And random ones: lengths and bounds of every size, rows near the diagonal and anywhere.
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  auto any_int = [&](int max) { return static_cast<int>(next() % (static_cast<std::uint64_t>(max) + 1)); };
+  auto sized = [&] { return any_int(1 << (next() % 31)); };  // magnitudes 1 .. 2^30
+  for (int n = 0; n < 2000000; ++n) {
+    math::MaskSpec m;
+    m.seq_q = (next() % 8 == 0) ? kMax - any_int(300) : sized();
+    m.seq_k = (next() % 8 == 0) ? kMax - any_int(300) : sized();
+    m.left = (next() % 4 == 0) ? -1 : (next() % 8 == 0 ? kMax - any_int(300) : sized());
+    m.right = (next() % 4 == 0) ? -1 : (next() % 8 == 0 ? kMax - any_int(300) : sized());
+    const long long near = static_cast<long long>(m.seq_q) + static_cast<long long>(next() % 600) - 300;
+    const int i = (next() % 2 == 0 && near >= -1 && near <= kMax) ? static_cast<int>(near) : any_int(kMax);
+    const math::KeyRange got = math::visible_keys_narrow(m, i), want = math::visible_keys(m, i);
+    ASSERT_TRUE(got.begin == want.begin && got.end == want.end)
+        << "sq " << m.seq_q << " sk " << m.seq_k << " left " << m.left << " right " << m.right << " i " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 2000000);
 }
 
 TEST(Mask, RowAndTileRangesMatchBruteForce) {

@@ -77,6 +77,15 @@ __device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
 __device__ __forceinline__ void st_shared_u32(std::uint32_t addr, std::uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+// 16-byte shared-memory load and store (ld/st.shared.v4.u32), volatile as above.
+__device__ __forceinline__ uint4 ld_shared_v4_u32(std::uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_v4_u32(std::uint32_t addr, int x, int y, int z, int w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
 
 // Releases a ring stage: every consumer warp arrives once (the empty barriers count warps),
 // after its own wgmma reading the stage has completed.
@@ -144,28 +153,63 @@ __global__ void __launch_bounds__(
   auto v_empty = [&](int stage) { return bars + 8u * (QBar + 3 * S + stage); };
   auto vt_full = [&](int stage) { return bars + 8u * (QBar + 4 * S + stage); };
   auto vt_empty = [&](int stage) { return bars + 8u * (QBar + 5 * S + stage); };
-  // The tile ring: the producer thread publishes each tile index it takes (the next by a
-  // static stride, or from the launch's global counter) in slot r % 2; every consumer warp and
-  // transposing warp reads it and releases the slot. A tile index >= num_tiles ends the walk.
+  // The tile ring: the producer thread publishes each tile it takes (the next by a static
+  // stride, or from the launch's global counter) in slot r % 2: its index, and where
+  // kOriginFromSlot (below) its origin (tile_coords.cuh: first row, head, sequence); every
+  // consumer warp and transposing warp reads the slot and releases it. A tile index >=
+  // num_tiles ends the walk. Readers given the origin derive the rest of the coordinates from
+  // it: recomputing it from the index took a chain of divisions at the start of every tile
+  // (twenty-fifth session's ncu of d64 causal 1k).
   constexpr int kSlots = Tr::kTileSlots;
   constexpr int kStageBars = (kFp8 ? 6 : 4) * S;
   auto tile_full = [&](int slot) { return bars + 8u * (QBar + kStageBars + slot); };
   auto tile_empty = [&](int slot) { return bars + 8u * (QBar + kStageBars + kSlots + slot); };
   // (32-bit shared addresses: a generic pointer kept live through the loop cost spills.)
-  auto tile_slot = [&](int slot) { return base + Tr::kTileSlotOffset + 4u * static_cast<std::uint32_t>(slot); };
+  auto tile_slot = [&](int slot) {
+    return base + Tr::kTileSlotOffset + static_cast<std::uint32_t>(Tr::kTileSlotBytes * slot);
+  };
   // Readers' side: lane 0 of each warp waits for tile index r, reads it and gives the slot back
   // (one arrival per warp), then broadcasts it. The read and the release in one thread, in
   // program order: the arrive's release semantics alone order the read before the producer's
   // next write to the slot (with every lane reading, that order went through __syncwarp, which
   // compute-sanitizer racecheck does not model: it reported the slot as a race).
-  auto read_tile = [&](int r, int lane) {
-    int tile = 0;
-    if (lane == 0) {
-      mbarrier_wait_parity(tile_full(r % kSlots), (r / kSlots) & 1);
-      tile = static_cast<int>(ld_shared_u32(tile_slot(r % kSlots)));
-      mbarrier_arrive(tile_empty(r % kSlots));
+  // Returns the tile index; where the slot holds the tile's origin (Tr::kOriginInSlot), o gets it.
+  constexpr bool kOriginFromSlot = Tr::kOriginInSlot;
+  // The slot holds m0, head and sequence, and where the launch may split its tail (kSplit) the
+  // split tile's index and part; tile-row instances keep the index (tile_origin's kTailRows).
+  static_assert(!kOriginFromSlot || !kTailRows, "the tile slot's origin: no tail-row instance");
+  auto read_tile = [&](int r, int lane, TileOrigin& o) {
+    if constexpr (kOriginFromSlot) {
+      uint4 w0 = {}, w1 = {};
+      if (lane == 0) {
+        mbarrier_wait_parity(tile_full(r % kSlots), (r / kSlots) & 1);
+        w0 = ld_shared_v4_u32(tile_slot(r % kSlots));
+        if constexpr (kSplit) w1 = ld_shared_v4_u32(tile_slot(r % kSlots) + 16u);
+        mbarrier_arrive(tile_empty(r % kSlots));
+      }
+      auto from_lane0 = [](unsigned v) { return static_cast<int>(__shfl_sync(0xffffffffu, v, 0)); };
+      o.m0 = from_lane0(w0.y);
+      o.head = from_lane0(w0.z);
+      o.seq = from_lane0(w0.w);
+      if constexpr (kSplit) {
+        o.split = from_lane0(w1.x);
+        o.part = from_lane0(w1.y);
+      }
+      return from_lane0(w0.x);
+    } else {
+      int tile = 0;
+      if (lane == 0) {
+        mbarrier_wait_parity(tile_full(r % kSlots), (r / kSlots) & 1);
+        tile = static_cast<int>(ld_shared_u32(tile_slot(r % kSlots)));
+        mbarrier_arrive(tile_empty(r % kSlots));
+      }
+      return __shfl_sync(0xffffffffu, tile, 0);
     }
-    return __shfl_sync(0xffffffffu, tile, 0);
+  };
+  // The coordinates of a tile read from the ring (an active one: the producer skips others).
+  auto coords_of = [&](int tile, const TileOrigin& o) {
+    if constexpr (kOriginFromSlot) return tile_coords_at<BM, BN, kMasked, kSplit>(a, o);
+    else return tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile);
   };
   auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
   // kPInSmem: consumer warpgroup wg's P buffer.
@@ -241,9 +285,20 @@ __global__ void __launch_bounds__(
       // q_round (one Q load per tile) is also the tile ring's position.
       for (int tile = kTailRows && a.tile_counter != nullptr ? next_tile(0) : static_cast<int>(blockIdx.x);;) {
         TileCoords tc;
-        while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile)).active) tile = next_tile(tile);
+        [[maybe_unused]] TileOrigin o;
+        if constexpr (kOriginFromSlot) {
+          while (tile < num_tiles && !(tc = tile_coords_at<BM, BN, kMasked, kSplit>(a, o = tile_origin<BM, kSplit, kTailRows>(a, tile))).active)
+            tile = next_tile(tile);
+        } else {
+          while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile)).active) tile = next_tile(tile);
+        }
         mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);
-        st_shared_u32(tile_slot(q_round % kSlots), static_cast<std::uint32_t>(tile < num_tiles ? tile : num_tiles));
+        if constexpr (kOriginFromSlot) {
+          st_shared_v4_u32(tile_slot(q_round % kSlots), tile < num_tiles ? tile : num_tiles, o.m0, o.head, o.seq);
+          if constexpr (kSplit) st_shared_v4_u32(tile_slot(q_round % kSlots) + 16u, o.split, o.part, 0, 0);
+        } else {
+          st_shared_u32(tile_slot(q_round % kSlots), static_cast<std::uint32_t>(tile < num_tiles ? tile : num_tiles));
+        }
         mbarrier_arrive(tile_full(q_round % kSlots));  // release: the readers see the slot's value
         if (tile >= num_tiles) break;
         // Only what the loads need stays live (the producer runs on kProducerRegs registers).
@@ -307,10 +362,11 @@ __global__ void __launch_bounds__(
         const int lane = threadIdx.x % 32;
         int it = 0;
         for (int r = 0;; ++r) {
-          const int tile = read_tile(r, lane);
+          TileOrigin o;
+          const int tile = read_tile(r, lane, o);
           if (tile >= num_tiles) break;
           if (a.vt_global) continue;  // the producer loads V^T: only the tile ring to keep up with
-          const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile);  // active (the producer skips others)
+          const TileCoords tc = coords_of(tile, o);
           for (int i = 0; i < tc.n_tiles; ++i, ++it) {
             const int stage = it % S;
             const std::uint32_t parity = (it / S) & 1;
@@ -384,9 +440,10 @@ __global__ void __launch_bounds__(
     }
   };
   for (;;) {  // q_round counts the tiles taken so far: the tile ring's position too
-    const int tile = read_tile(q_round, lane);
+    TileOrigin origin;
+    const int tile = read_tile(q_round, lane, origin);
     if (tile >= num_tiles) break;
-    const TileCoords tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile);  // active (the producer skips others)
+    const TileCoords tc = coords_of(tile, origin);
     const int qb = q_round % QB;  // this tile's Q buffer (and O staging buffer)
     unsigned char* q_ptr = base_ptr + Tr::kQOffset + qb * Tr::kQBytes;
     const int wg_row0 = tc.m0 + 64 * c;        // first row of the warpgroup (sequence-relative)
@@ -401,12 +458,14 @@ __global__ void __launch_bounds__(
     math::KeyRange full{0, tc.k_len};
     if constexpr (kMasked) {
       const math::MaskSpec spec = math::MaskSpec::make(tc.q_len, tc.k_len, a.causal, a.window_left, a.window_right);
-      keys[0] = math::visible_keys(spec, row);
-      keys[1] = math::visible_keys(spec, row + 8);
+      // (32-bit forms, the same ranges: 64-bit compares lengthened the chain before the tile's
+      // first wgmma.)
+      keys[0] = math::visible_keys_narrow(spec, row);
+      keys[1] = math::visible_keys_narrow(spec, row + 8);
       full = {-1, 0x7fffffff};  // a warpgroup without rows needs no mask
       if (wg_row0 < tc.q_len) {
-        full.begin = math::visible_keys(spec, min(wg_row0 + 64, tc.q_len) - 1).begin;
-        full.end = math::visible_keys(spec, wg_row0).end;
+        full.begin = math::visible_keys_narrow(spec, min(wg_row0 + 64, tc.q_len) - 1).begin;
+        full.end = math::visible_keys_narrow(spec, wg_row0).end;
       }
     }
 

@@ -198,14 +198,27 @@ struct FwdTraits {
   // each warpgroup's 64 rows of Q are loaded and given back on their own), tile full and tile
   // empty per slot of the tile ring, then K full / K empty / V full / V empty (/ Vt full / Vt
   // empty for fp8), kStages each.
-  static constexpr int kTileSlots = 2;  // tile indices the producer publishes ahead
+  static constexpr int kTileSlots = 2;  // tiles the producer publishes ahead
+  // A slot: the tile index, and in the masked 16-bit head_dim 128 instances on two consumer
+  // warpgroups (short causal calls, ragged causal batches) its origin as well, one 16-byte
+  // vector: their consumers then skip the origin's divisions at every tile's start (kernel.cuh).
+  // Also the short unmasked head_dim 128 instance (128-key tiles: calls up to 2048 keys), whose
+  // slot adds a split tile's part (its launch may split the last round's tiles): 32 bytes.
+  // Masked head_dim 64 publishes the index only: with the origin it measured 2-4 % slower at
+  // 512-1024 keys (bench/RESULTS.md, twenty-sixth session). In the rest the origin's values kept
+  // from the slot spilled (nvcc 13.0).
+  static constexpr bool kOriginInSlot =
+      !kFp8 && kConsumerWarpgroups == 2 &&
+      (kMasked_ ? kHeadDim == 128 : kHeadDim <= 128 && !kTailRows_ && kBlockN_ == 128);
+  static constexpr int kTileSlotBytes = !kOriginInSlot ? 4 : kMasked_ ? 16 : 32;
+  static constexpr int kTileSlotAlign = kOriginInSlot ? 16 : 4;  // 16-byte vectors
   static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
   // Past the Q buffers: the K/V (and V^T) ring, the P buffers (kPInSmem), the barriers (Q pairs: an upper bound for
   // either Q layout, 2 x 2 or 1 x W pairs), the tile slots, and 1024 bytes because the dynamic smem base is only 16-byte aligned (the
   // kernel rounds it up).
   static constexpr int kRingBytes =
       kStages * (kKVTileBytes + kVStageBytes + kVtTileBytes) + kConsumerWarpgroups * kPBytes + kMergeBytes +
-      8 * (4 * kConsumerWarpgroups + kStageBarriers) + 4 * kTileSlots + 1024;
+      8 * (4 * kConsumerWarpgroups + kStageBarriers) + (kOriginInSlot ? 8 : 0) + kTileSlotBytes * kTileSlots + 1024;
   // Two Q buffers where they fit: a persistent CTA loads the next tile's Q while it computes
   // this one, and stages O in this one's buffer for the TMA store. With one, the next Q load
   // waits for the epilogue (the consumers stage O in the buffer Q was in).
@@ -224,8 +237,8 @@ struct FwdTraits {
   static_assert(kBlockM == kQBoxRows * kConsumerWarpgroups && kQBytes == kPanels * kConsumerWarpgroups * kQBoxRows * 128,
                 "a warpgroup's Q rows are one box per panel");
   static constexpr int kBarriers = kQBarriers + kStageBarriers;
-  static constexpr int kTileSlotOffset = kBarrierOffset + 8 * kBarriers;
-  static constexpr int kSmemBytes = kTileSlotOffset + 4 * kTileSlots + 1024;
+  static constexpr int kTileSlotOffset = (kBarrierOffset + 8 * kBarriers + kTileSlotAlign - 1) / kTileSlotAlign * kTileSlotAlign;
+  static constexpr int kSmemBytes = kTileSlotOffset + kTileSlotBytes * kTileSlots + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM must fit");
   static_assert(kKOffset % 1024 == 0 && kKVTileBytes % 1024 == 0, "swizzled tiles are 1024-byte aligned");
   static_assert(kPOffset % 1024 == 0, "P buffers are 1024-byte aligned (swizzled)");

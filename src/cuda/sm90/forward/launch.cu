@@ -38,13 +38,17 @@ bool fail(std::string* why, const std::string& what) {
 
 template <int D>
 int smem_bytes_max() {
-  // the masked instance, the unmasked ones for short and long calls (block_n_for; head_dim 128's
-  // long masked instance has the long unmasked one's layout) and at head_dim 64 the tail-row one
-  // (its merge slots)
+  // the unmasked layouts for short and long calls (block_n_for: a, b, c), at head_dim 64 the
+  // tail-row one (its merge slots) and the masked instances' own (e, f, g)
   const int a = FwdTraits<D, block_n_for(D, true)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, false)>::kSmemBytes;
   const int c = FwdTraits<D, block_n_for(D, false, false, true)>::kSmemBytes;
   const int d = D == 64 ? FwdTraits<D, block_n_for(D, false), 2, 0, false, false, D == 64>::kSmemBytes : 0;
-  return std::max({a, b, c, d});
+  // The masked instances' own layouts (where their tile slots hold the tile's origin, a few
+  // bytes more): short and long keys, and head_dim 64's two-warpgroup one.
+  const int e = FwdTraits<D, block_n_for(D, true), 2, 0, false, true>::kSmemBytes;
+  const int f = FwdTraits<D, block_n_for(D, true, false, true), 2, 0, false, true>::kSmemBytes;
+  const int g = D == 64 ? FwdTraits<D, block_n_for(D, true), 2, 2, false, true>::kSmemBytes : 0;
+  return std::max({a, b, c, d, e, f, g});
 }
 
 int smem_bytes(int head_dim) {

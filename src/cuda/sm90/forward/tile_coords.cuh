@@ -65,7 +65,88 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   math::KeyRange keys{0, c.k_len};
   if constexpr (kMasked) {
     const math::MaskSpec spec = math::MaskSpec::make(c.q_len, c.k_len, a.causal, a.window_left, a.window_right);
-    keys = math::visible_keys_of_rows(spec, c.m0, min(c.m0 + BM, c.q_len));
+    keys = math::visible_keys_of_rows<true>(spec, c.m0, min(c.m0 + BM, c.q_len));  // 32-bit: a shorter chain
+  }
+  c.n_begin = keys.begin / BN;
+  c.n_tiles = keys.empty() ? 0 : (keys.end + BN - 1) / BN - c.n_begin;
+  if constexpr (kSplit) {
+    if (c.split >= 0) {
+      // Part h: K/V tiles [n h / k, n (h + 1) / k); a part may have none (fewer K/V tiles than
+      // parts): O = 0, LSE = -inf, which the merge ignores.
+      const int first = c.n_tiles * c.part / a.split_parts, end = c.n_tiles * (c.part + 1) / a.split_parts;
+      c.n_begin += first;
+      c.n_tiles = end - first;
+    }
+  }
+  return c;
+}
+
+// tile_coords in two halves: tile_coords_at(a, tile_origin(a, t)) gives tile_coords(a, t).
+// The origin (first query row, head, sequence, a split tile's part) is the costly half: integer
+// divisions and, for ragged launches, the search over cu_seqlens. Where the kernel publishes it
+// in the tile ring (kernel.cuh, kOriginFromSlot), the producer computes it once for every warp.
+// (tile_coords itself stays one function: written as these two halves, ptxas allocated the
+// other instances differently and one of them spilled. The forward's GPU tests cover both forms:
+// every masked two-warpgroup instance goes through the halves.)
+struct TileOrigin {
+  int m0 = 0;
+  int head = 0;
+  int seq = 0;
+  int split = -1;
+  int part = 0;
+  bool active = true;  // false: a ragged launch's gap block between two sequences
+};
+template <int BM, bool kSplit = false, bool kTailRows = false>
+__device__ __forceinline__ TileOrigin tile_origin(const FwdArgs& a, int tile) {
+  TileOrigin o;
+  if constexpr (kSplit) {
+    if (tile >= a.split_begin) {
+      const int v = tile - a.split_begin;
+      o.split = v / a.split_parts;
+      o.part = v % a.split_parts;
+      tile = a.split_begin + o.split;
+    }
+  }
+  const int head_seq = kTailRows ? tile : tile / a.m_blocks;
+  const int m_block = kTailRows ? a.m_blocks - 1 : a.m_blocks - 1 - tile % a.m_blocks;
+  if (!a.ragged_virtual) o.m0 = m_block * BM;  // (a virtual block index times BM may not fit an int)
+  o.head = head_seq % a.heads;
+  o.seq = head_seq / a.heads;
+  if (a.cu_seqlens_q != nullptr && a.ragged_virtual) {
+    // m_block is a virtual block over every sequence (math/ragged_tiles.h).
+    const math::RaggedBlock rb = math::ragged_block(a.cu_seqlens_q, a.batch, BM, m_block);
+    o.head = head_seq;
+    o.seq = rb.seq;
+    o.m0 = rb.block * BM;
+    o.active = rb.active;
+  }
+  return o;
+}
+
+// The rest, from the origin: the sequence's rows and lengths, and the K/V tiles the tile's rows
+// see (for a split tile, its part's share of them).
+template <int BM, int BN, bool kMasked, bool kSplit = false>
+__device__ __forceinline__ TileCoords tile_coords_at(const FwdArgs& a, const TileOrigin& o) {
+  TileCoords c;
+  c.m0 = o.m0;
+  c.head = o.head;
+  c.seq = o.seq;
+  c.split = o.split;
+  c.part = o.part;
+  c.q_len = a.seq_q;
+  c.k_len = a.seq_k;
+  if (!o.active) return c;  // (active stays false)
+  if (a.cu_seqlens_q != nullptr) {
+    c.q_row0 = a.cu_seqlens_q[c.seq];
+    c.q_len = a.cu_seqlens_q[c.seq + 1] - c.q_row0;
+    c.k_row0 = a.cu_seqlens_k[c.seq];
+    c.k_len = a.cu_seqlens_k[c.seq + 1] - c.k_row0;
+  }
+  c.active = c.m0 < c.q_len;
+  math::KeyRange keys{0, c.k_len};
+  if constexpr (kMasked) {
+    const math::MaskSpec spec = math::MaskSpec::make(c.q_len, c.k_len, a.causal, a.window_left, a.window_right);
+    keys = math::visible_keys_of_rows<true>(spec, c.m0, min(c.m0 + BM, c.q_len));  // 32-bit: a shorter chain
   }
   c.n_begin = keys.begin / BN;
   c.n_tiles = keys.empty() ? 0 : (keys.end + BN - 1) / BN - c.n_begin;
