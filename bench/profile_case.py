@@ -9,8 +9,14 @@ tokens per batch 16384, heads 2048 / head_dim.
       sees itself and the 512 keys before it; TFLOP/s over the pairs the window lets through)
 
 Under ncu, --launch-skip 1 skips the warm-up call.
+
+--timing single (the default, what a profiler wants) times each call on its own, from an idle
+GPU. --timing queued times samples of N calls issued back to back (N chosen so that a sample
+lasts about --sample-ms): the steady state, which a 0.2 ms kernel timed alone does not reach
+(clock ramp, launch latency), for scripts/gpu-ab's comparisons of short cases.
 """
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -27,7 +33,11 @@ def main(argv=None):
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--seq", type=int, default=16384)
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=10, help="timed samples (default 10); the median is printed")
+    ap.add_argument("--timing", choices=["single", "queued"], default="single",
+                    help="single: a sample is one call (default); queued: N calls back to back, N making a sample "
+                         "last about --sample-ms")
+    ap.add_argument("--sample-ms", type=float, default=20.0, help="a queued sample's length in ms (default 20)")
     ap.add_argument("--window", type=int, default=None, metavar="LEFT",
                     help="a sliding window (LEFT, 0): query i sees keys i - LEFT .. i (bf16 / fp16, dense)")
     ap.add_argument("--ragged", type=int, default=None, metavar="SEQUENCES",
@@ -38,6 +48,10 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.serve:
         return serve()
+    if not 1 <= a.iters <= 10000:
+        ap.error(f"--iters: 1 to 10000 samples expected, got {a.iters}")
+    if not 0.0 < a.sample_ms <= 1000.0:
+        ap.error(f"--sample-ms: a sample's length in ms, above 0 and at most 1000, expected, got {a.sample_ms}")
     if a.ragged is not None and not 1 <= a.ragged <= 16384:
         ap.error(f"--ragged: the number of sequences must be between 1 and 16384 (the packed tokens), got {a.ragged}")
     if a.ragged is not None and a.dtype == "fp8":
@@ -85,18 +99,26 @@ def main(argv=None):
         dout = torch.randn_like(out)
         run = lambda: tessera.attention_backward(q, k, v, out, dout, lse, causal=a.causal, window=window)
     run()  # warm-up (module load, first-touch)
-    times = []
-    for _ in range(a.iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    calls = 1
+    if a.timing == "queued":  # one call alone sizes the samples
+        calls = max(1, min(10000, math.ceil(a.sample_ms / max(time_calls(run, 1), 1e-3))))
+    times = [time_calls(run, calls) for _ in range(a.iters)]
     ms = sorted(times)[len(times) // 2]
     shown = f" window={a.window}" if a.window is not None else ""
-    print(f"{a.op} {a.dtype} d{a.d} seq{a.seq} causal={int(a.causal)}{shown}: median {ms:.3f} ms of {a.iters} "
+    queued = f" samples of {calls} queued calls" if a.timing == "queued" else ""
+    print(f"{a.op} {a.dtype} d{a.d} seq{a.seq} causal={int(a.causal)}{shown}: median {ms:.3f} ms of {a.iters}{queued} "
           f"({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
+
+
+def time_calls(run, calls):
+    """ms per call of `calls` calls issued back to back between two events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
 
 
 def serve():

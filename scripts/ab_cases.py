@@ -9,7 +9,11 @@ round, whose trees ran minutes apart at most, lowest-highest). A ratio whose dis
 inside A's spread may still be an effect if every round's ratio lies on the same side of 1: a
 drift of the machine between rounds moves both trees of a round alike.
 
-  scripts/ab_cases.py [--rounds N] --timeout SECONDS TREE_A TREE_B [TREE...] -- "CASE" ["CASE" ...]
+  scripts/ab_cases.py [--rounds N] [--timing queued|single] --timeout SECONDS TREE_A TREE_B [TREE...] -- "CASE" ...
+
+--timing (default queued) is passed to each case that does not set its own: profile_case.py then
+times samples of calls issued back to back (about 20 ms each), not single calls from an idle GPU,
+whose spread hid 3 % effects at 0.2 ms cases (forward_sm90.md, twenty-sixth session).
 
 A CASE is profile_case.py's arguments, optionally led by NAME=value environment settings. A case
 that fails or outruns the timeout reads "?" (the tree's process is then restarted for the next
@@ -110,7 +114,12 @@ def needs_fresh_process(case):
     return any(not n.startswith("TESSERA_") for n in settings)
 
 
-def table(cases, trees, timeout, harness=HARNESS, rounds=2):
+def with_timing(case, timing):
+    """The case as served: profile_case.py's --timing added unless the case sets it."""
+    return case if timing is None or "--timing" in case.split() else f"{case} --timing {timing}"
+
+
+def table(cases, trees, timeout, harness=HARNESS, rounds=2, timing=None):
     servers = [Server(t, harness) for t in trees]
     n = len(trees)
     head = "| case |" + "".join(f" {LABELS[i]} ms |" for i in range(n)) + "".join(
@@ -128,7 +137,7 @@ def table(cases, trees, timeout, harness=HARNESS, rounds=2):
                 # over the rounds instead of always favouring A.
                 for k in range(n):
                     i = (rnd + k) % n
-                    times[i][rnd] = servers[i].run(case, timeout, fresh)
+                    times[i][rnd] = servers[i].run(with_timing(case, timing), timeout, fresh)
 
             def mean(i):
                 v = times[i]
@@ -153,6 +162,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case and tree (default 60)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds per case, 1 to 20 (default 2)")
+    ap.add_argument("--timing", choices=["queued", "single", "none"], default="queued",
+                    help="profile_case.py's --timing for cases without their own (default queued; none: pass nothing)")
     ap.add_argument("--harness", default=HARNESS, help="the profile_case.py to serve (default: this checkout's)")
     ap.add_argument("trees", nargs="+", help="source trees with build-ab/python, then -- and the cases")
     argv = sys.argv[1:]
@@ -172,7 +183,8 @@ def main():
         ap.error(f"--timeout: a positive number of seconds expected, got {a.timeout}")
     if not 1 <= a.rounds <= 20:
         ap.error(f"--rounds: 1 to 20 expected, got {a.rounds}")
-    table(cases, [os.path.abspath(t) for t in a.trees], a.timeout, os.path.abspath(a.harness), a.rounds)
+    table(cases, [os.path.abspath(t) for t in a.trees], a.timeout, os.path.abspath(a.harness), a.rounds,
+          None if a.timing == "none" else a.timing)
 
 
 if __name__ == "__main__":

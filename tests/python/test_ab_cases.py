@@ -14,6 +14,8 @@ FAKE = textwrap.dedent('''
     import os, shlex, sys, time
     SCALE = float(open("scale").read())  # the tree is the working directory
     for line in sys.stdin:
+        if os.environ.get("FAKE_LOG"):  # the lines as served
+            open(os.environ["FAKE_LOG"], "a").write(line)
         words = shlex.split(line)
         env = dict(w.split("=", 1) for w in words if "=" in w)
         args = [w for w in words if "=" not in w]
@@ -138,6 +140,7 @@ TORCH_STUB = textwrap.dedent('''
     _TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     _SCALE = float(open(os.path.join(_TREE, "scale")).read())
     bfloat16, float16, float8_e4m3fn, int32 = "bf16", "f16", "e4m3", "i32"
+    _calls = [0]  # attention calls so far (the tessera stub counts them): an event's time stamp
 
 
     class Generator:
@@ -167,13 +170,13 @@ TORCH_STUB = textwrap.dedent('''
             pass
 
         def record(self):
-            pass
+            self.at = _calls[0]
 
         def synchronize(self):
             pass
 
-        def elapsed_time(self, other):
-            return float(os.environ.get("TESSERA_STUB_MS", "1")) * _SCALE
+        def elapsed_time(self, other):  # TESSERA_STUB_MS per call in between, times the tree's scale
+            return (other.at - self.at) * float(os.environ.get("TESSERA_STUB_MS", "1")) * _SCALE
 
 
     cuda = types.SimpleNamespace(Event=_Event)
@@ -182,8 +185,11 @@ TORCH_STUB = textwrap.dedent('''
 TESSERA_STUB = textwrap.dedent('''
     import os
 
+    import torch
+
 
     def attention(q, k, v, causal=False, window=(-1, -1), return_lse=False):
+        torch._calls[0] += 1
         if os.environ.get("STUB_FAIL") == "1":
             raise RuntimeError("stub failure\\nover two lines")
         if window != (-1, -1) and window[1] != 0:  # profile_case passes (LEFT, 0) or none
@@ -192,6 +198,7 @@ TESSERA_STUB = textwrap.dedent('''
 
 
     def attention_fp8(q, k, v, causal=False):
+        torch._calls[0] += 1
         return q
 ''')
 
@@ -230,3 +237,53 @@ def test_real_harness_with_stub_modules(tmp_path):
     # Cases that reached torch: every tree in turn, round 2 starting at B.
     served = log.read_text().split()
     assert served == ["A", "B", "B", "A"] * 5 + ["A", "B", "B", "A"], served
+
+
+def test_timing_reaches_the_cases(tmp_path):
+    """ab_cases.py adds --timing (queued by default) to every case that does not set its own."""
+    a = make_tree(tmp_path, "a", 1.0)
+    harness = os.path.join(tmp_path, "fake_profile_case.py")
+    for n, (timing, case, served) in enumerate(((None, "--ms 1", "--ms 1 --timing queued"),
+                                 ("single", "--ms 1", "--ms 1 --timing single"),
+                                 ("none", "--ms 1", "--ms 1"),
+                                 (None, "--ms 1 --timing single", "--ms 1 --timing single"))):
+        log = tmp_path / f"served-{n}.log"
+        extra = [] if timing is None else ["--timing", timing]
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", "1", "--timeout",
+                            "5", *extra, "--harness", harness, a, "--", case], capture_output=True, text=True,
+                           timeout=60, env=dict(os.environ, FAKE_LOG=str(log)))
+        assert r.returncode == 0, r.stderr
+        assert log.read_text().splitlines() == [served], (timing, log.read_text())
+        assert r.stdout.strip().splitlines()[2].startswith(f"| {case} | 1.000 |")  # the table shows the case as given
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--timing", "eager", a, "--",
+                        "--ms 1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--timing" in r.stderr and "eager" in r.stderr, r.stderr
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-ab"), str(tmp_path / "out"), a, "--timing", "eager",
+                        "--case", "--ms 1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--timing: queued or single expected, got 'eager'" in r.stderr, r.stderr
+
+
+def profile_case(tree, *args, ms="0.5"):
+    env = dict(os.environ, PYTHONPATH=os.path.join(tree, "build-ab", "python"), STUB_LOG=os.devnull,
+               TESSERA_STUB_MS=ms)
+    return subprocess.run([sys.executable, os.path.join(ROOT, "bench", "profile_case.py"), *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_queued_samples(tmp_path):
+    """profile_case.py --timing queued: N calls per sample, N from one call's time and --sample-ms,
+    the time per call reported; single: one call per sample."""
+    a = make_stub_tree(tmp_path, "A", 1.0)
+    r = profile_case(a, "--d", "128", "--timing", "queued")
+    assert r.returncode == 0, r.stderr
+    assert "median 0.500 ms of 10 samples of 40 queued calls" in r.stdout, r.stdout  # 20 ms / 0.5 ms
+    r = profile_case(a, "--d", "128", "--timing", "queued", "--sample-ms", "3", "--iters", "3", ms="2")
+    assert "median 2.000 ms of 3 samples of 2 queued calls" in r.stdout, r.stdout  # ceil(3 / 2)
+    r = profile_case(a, "--d", "128", "--timing", "queued", "--sample-ms", "1", ms="5")
+    assert "median 5.000 ms of 10 samples of 1 queued calls" in r.stdout, r.stdout  # at least one call
+    r = profile_case(a, "--d", "128")
+    assert "median 0.500 ms of 10 (" in r.stdout, r.stdout  # single, the default
+    for bad, what in ((["--sample-ms", "0"], "--sample-ms: a sample's length in ms, above 0 and at most 1000, expected, got 0.0"),
+                      (["--iters", "0"], "--iters: 1 to 10000 samples expected, got 0")):
+        r = profile_case(a, "--d", "128", "--timing", "queued", *bad)
+        assert r.returncode == 2 and what in r.stderr, r.stderr
