@@ -76,3 +76,18 @@ def test_lengths_too_close_and_missing_table(tmp_path):
     c.write_text("==PROF== nothing profiled\n")
     r = run(str(a), str(c))
     assert r.returncode != 0 and "no source-page table" in r.stderr
+
+
+def test_the_ratio_comes_from_the_gemms_not_a_spin_loop(tmp_path):
+    # A barrier's retry loop executed more often than the loop's GEMMs, with a ratio of its own
+    # (2.0 here, where the GEMMs' is 4): the ratio must still be 4, and the spin loop "other".
+    def with_spin(kv_tiles, loop_samples, spins):
+        return rows(kv_tiles, loop_samples) + [("@!P0 BRA TARGET", 3, f"{spins:,}", 3, 0)]
+    short = tmp_path / "short.csv"
+    long_ = tmp_path / "long.csv"
+    short.write_text(page(with_spin(4, 100, 50000), "0x7f0000001000"))
+    long_.write_text(page(with_spin(16, 400, 100000), "0x7f00aaaa1000"))
+    r = run(str(short), str(long_))
+    assert r.returncode == 0, r.stderr
+    assert "long / short: 4.00" in r.stdout, r.stdout
+    assert "| other | 2 |" in r.stdout, r.stdout  # the never-executed branch and the spin loop
