@@ -86,7 +86,9 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 // divisions and, for ragged launches, the search over cu_seqlens. Where the kernel publishes it
 // in the tile ring (kernel.cuh, kOriginFromSlot), the producer computes it once for every warp.
 // (tile_coords itself stays one function: written as these two halves, ptxas allocated the
-// other instances differently and one of them spilled. The forward's GPU tests cover both forms:
+// other instances differently and one of them spilled; with the common second half as one shared
+// helper called by both, the unmasked d64 instances spilled 16 B (nvcc 13.0, twenty-sixth
+// session), so the second half is written twice. The forward's GPU tests cover both forms:
 // every masked two-warpgroup instance goes through the halves.)
 struct TileOrigin {
   int m0 = 0;
