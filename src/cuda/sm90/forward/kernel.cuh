@@ -287,10 +287,10 @@ __global__ void __launch_bounds__(
         TileCoords tc;
         [[maybe_unused]] TileOrigin o;
         if constexpr (kOriginFromSlot) {
-          while (tile < num_tiles && !(tc = tile_coords_at<BM, BN, kMasked, kSplit>(a, o = tile_origin<BM, kSplit, kTailRows>(a, tile))).active)
+          while (tile < num_tiles && !(tc = tile_coords_at<BM, BN, kMasked, kSplit>(a, o = tile_origin<BM, kSplit, kTailRows, false>(a, tile))).active)
             tile = next_tile(tile);
         } else {
-          while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile)).active) tile = next_tile(tile);
+          while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows, false>(a, tile)).active) tile = next_tile(tile);
         }
         mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);
         if constexpr (kOriginFromSlot) {
@@ -483,7 +483,7 @@ __global__ void __launch_bounds__(
     // FP8: the q and k descales of the tile's (sequence, kv head) fold into the score scale.
     float scale = a.scale, scale_log2 = a.scale_log2;
     if constexpr (kFp8) {
-      const int h_kv = tc.head / a.group;
+      const int h_kv = a.group_div.div(tc.head);
       // Floored at 2^-60 (factors are >= 0): a zero factor (an all-zero head) must give scores of
       // ~0, i.e. uniform weights, while masked scores stay -inf; a multiplier of exactly 0 would
       // turn them into -inf * 0 = NaN in the exponent's FFMA.
@@ -667,7 +667,7 @@ __global__ void __launch_bounds__(
     if constexpr (kFp8) {
       // bf16 O straight from the accumulators (the Q buffer of 1-byte elements is too small to
       // stage it): a quad writes 16 contiguous bytes of a row per column group.
-      const float dv = a.v_descale.at(tc.seq, tc.head / a.group);
+      const float dv = a.v_descale.at(tc.seq, a.group_div.div(tc.head));
       Out* out = static_cast<Out*>(a.o) + tc.seq * a.o_batch + (tc.q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row +
                  tc.head * a.o_head;
 #pragma unroll
