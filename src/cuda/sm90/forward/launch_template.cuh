@@ -117,7 +117,6 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   // more tiles; its grid is the persistent one already.)
   run_args.m_blocks_div = math::FastDivisor(run_args.m_blocks);
   run_args.heads_div = math::FastDivisor(run_args.heads);
-  run_args.split_parts_div = math::FastDivisor(run_args.split_parts);
   run_args.group_div = math::FastDivisor(run_args.group);
   cudaError_t launched = cudaSuccess;
   if (args.programmatic) {
