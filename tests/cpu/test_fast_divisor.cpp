@@ -66,7 +66,9 @@ TEST(FastDivisor, RandomPairs) {
   std::uniform_int_distribution<int> small(1, 1 << 16);
   for (int i = 0; i < 2000000; ++i) {
     // Divisors spread over every magnitude (a log-uniform draw) and grid-sized ones.
-    const int d = i % 2 ? small(rng) : static_cast<int>(std::max<std::uint32_t>(1u, static_cast<std::uint32_t>(any(rng)) >> (any(rng) % 31)));
+    const std::uint32_t wide = static_cast<std::uint32_t>(any(rng));
+    const int shift = any(rng) % 31;
+    const int d = i % 2 ? small(rng) : static_cast<int>(std::max<std::uint32_t>(1u, wide >> shift));
     expect_divides(d, any(rng));
   }
 }

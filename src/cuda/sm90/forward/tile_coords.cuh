@@ -34,7 +34,7 @@ struct TileCoords {
 template <bool kFast>
 __device__ __forceinline__ int2 divide(const math::FastDivisor& f, int n) {
   const int q = kFast ? f.div(n) : n / f.divisor;
-  return make_int2(q, n - q * f.divisor);
+  return make_int2(q, f.rem(n, q));
 }
 
 // kSplit: the launch may split its last round's tiles (FwdArgs::split_begin); dense only.
