@@ -48,12 +48,17 @@ struct WarpResult {
 
 // votes_from_row: rows >= it do not vote (a row past its sequence in the kernels). kFirst: tile 0
 // goes through scores_to_weights' kFirstTile form, as the sm90 forward's first K/V tile does.
+// begins (or nullptr): row r sees keys from begins[r] on (masked tiles up to the last row's
+// first key), as a window's or a ragged sequence's rows do.
 template <bool kLazy, bool kFirst = false>
 __global__ void softmax_tiles_kernel(int tiles, float w, float lazy_log2, int votes_from_row, bool steep, float* lse2,
-                                     float* o_out, float* max_weight, int* rescales) {
+                                     float* o_out, float* max_weight, int* rescales, const int* begins = nullptr) {
   const int lane = threadIdx.x, g = lane >> 2, q = lane & 3;
   math::OnlineSoftmaxRow rows[2];
-  const math::KeyRange keys[2] = {{0, 1 << 30}, {0, 1 << 30}};
+  const math::KeyRange keys[2] = {{begins ? begins[g] : 0, 1 << 30}, {begins ? begins[g + 8] : 0, 1 << 30}};
+  int last_begin = 0;
+  if (begins != nullptr)
+    for (int r = 0; r < kRows; ++r) last_begin = max(last_begin, begins[r]);
   float o[2] = {0.0f, 0.0f}, wmax = 0.0f;
   int count = 0;
   for (int i = 0; i < tiles; ++i) {
@@ -61,11 +66,12 @@ __global__ void softmax_tiles_kernel(int tiles, float w, float lazy_log2, int vo
     for (int n = 0; n < kTile / 8; ++n)
       for (int e = 0; e < 4; ++e) s[n][e] = crafted_score(g + 8 * (e >> 1), 8 * n + 2 * q + (e & 1), i, steep);
     float alpha[2];
+    const bool masked = begins != nullptr && i * kTile < last_begin;
     const bool rescale =
         kFirst && i == 0
-            ? cuda::scores_to_weights<kTile, kLazy, true>(s, rows, keys, false, i * kTile, q, 1.0f, 1.0f, 0.0f, alpha, w,
-                                                          lazy_log2, g < votes_from_row, g + 8 < votes_from_row)
-            : cuda::scores_to_weights<kTile, kLazy>(s, rows, keys, false, i * kTile, q, 1.0f, 1.0f, 0.0f, alpha, w,
+            ? cuda::scores_to_weights<kTile, kLazy, true>(s, rows, keys, masked, i * kTile, q, 1.0f, 1.0f, 0.0f, alpha,
+                                                          w, lazy_log2, g < votes_from_row, g + 8 < votes_from_row)
+            : cuda::scores_to_weights<kTile, kLazy>(s, rows, keys, masked, i * kTile, q, 1.0f, 1.0f, 0.0f, alpha, w,
                                                     lazy_log2, g < votes_from_row, g + 8 < votes_from_row);
     if (rescale) {
       o[0] *= alpha[0];
@@ -96,11 +102,13 @@ __global__ void softmax_tiles_kernel(int tiles, float w, float lazy_log2, int vo
 }
 
 template <bool kLazy, bool kFirst = false>
-WarpResult run_tiles(int tiles, float w, float lazy_log2, int votes_from_row = kRows, bool steep = false) {
+WarpResult run_tiles(int tiles, float w, float lazy_log2, int votes_from_row = kRows, bool steep = false,
+                     const std::vector<int>& begins = {}) {
   DeviceBuffer<float> lse2(kRows), o(kRows), wmax(1);  // NaN-filled: every value must be written
   DeviceBuffer<int> count(1);
+  DeviceBuffer<int> d_begins(begins.empty() ? std::vector<int>(kRows, 0) : begins);
   softmax_tiles_kernel<kLazy, kFirst><<<1, 32>>>(tiles, w, lazy_log2, votes_from_row, steep, lse2.get(), o.get(), wmax.get(),
-                                         count.get());
+                                         count.get(), begins.empty() ? nullptr : d_begins.get());
   TESSERA_TEST_CUDA(cudaGetLastError());
   WarpResult r;
   r.lse2 = lse2.read();
@@ -210,6 +218,37 @@ TEST(SoftmaxFragment, FirstTileFormMatchesTheGeneralFormBitForBit) {
   }
 }
 
+// The same with masked first tiles: rows whose keys start in later tiles (a window's rows), so
+// that some rows, or every voting row, see nothing in the first tile: then the general form
+// votes no rescale there and leaves m at -inf, which the first-tile form must match.
+TEST(SoftmaxFragment, FirstTileFormMatchesTheGeneralFormWithMaskedFirstTiles) {
+  struct Setting {
+    std::vector<int> begins;
+    int votes_from_row;
+    bool tile0_rescales;  // whether the general form's tile 0 rescales (some voting row sees a key)
+  };
+  std::vector<int> half(kRows), late(kRows), staggered(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    half[r] = r < 8 ? 3 * r : 2 * kTile + 5 * r;     // rows 8-15 start in tile 2
+    late[r] = kTile + 17 * r;                         // every row starts in tiles 1-3
+    staggered[r] = r < 12 ? 3 * kTile + r : 5;        // voting rows 0-11 start in tile 3; 12-15 see tile 0
+  }
+  for (const Setting& c : {Setting{half, kRows, true}, Setting{late, kRows, false}, Setting{staggered, 12, false},
+                           Setting{half, 4, true}}) {
+    for (const float lazy : {0.5f, 8.0f}) {
+      const float w = lazy < 1.0f ? 8.0f : 0.0f;
+      const WarpResult general = run_tiles<true>(kTiles, w, lazy, c.votes_from_row, true, c.begins);
+      const WarpResult first = run_tiles<true, true>(kTiles, w, lazy, c.votes_from_row, true, c.begins);
+      for (int r = 0; r < c.votes_from_row; ++r) {
+        EXPECT_EQ(first.lse2[r], general.lse2[r]) << "row " << r << ", votes from row " << c.votes_from_row;
+        EXPECT_EQ(first.o[r], general.o[r]) << "row " << r << ", votes from row " << c.votes_from_row;
+      }
+      EXPECT_EQ(first.rescales, general.rescales - (c.tile0_rescales ? 1 : 0));
+      EXPECT_EQ(first.max_weight, general.max_weight);
+    }
+  }
+}
+
 // One masked tile of keys n0 .. n0 + 127: each row's weights are 0 exactly outside its key range
 // and positive inside, on both of scores_to_weights' mask paths (rows whose range starts inside
 // the tile make the warp test both bounds; otherwise only the upper one), with empty rows and
@@ -233,12 +272,19 @@ TEST(SoftmaxFragment, MaskedTileZeroesExactlyTheKeysOutsideEachRowsRange) {
   for (int trial = 0; trial < 200; ++trial) {
     // Trials alternate: rows all starting at or before n0 (the upper-bound path), or some rows
     // starting inside the tile (both bounds).
+    // Odd trials: some rows start inside the tile, and the warp must vote for the lower bound:
+    // every row may (trial % 8 == 1), only rows 8-15 (== 3, the second row of each lane, as in a
+    // window whose left edge crosses the tile between rows 7 and 8), or one row alone (== 5, 7).
     const bool inside = trial % 2 == 1;
-    std::uniform_int_distribution<int> end_at(n0 - 8, n0 + kTile + 8), begin_at(inside ? n0 - 4 : 0, inside ? n0 + kTile : n0);
+    std::uniform_int_distribution<int> end_at(n0 - 8, n0 + kTile + 8), begin_out(0, n0), begin_in(n0 + 1, n0 + kTile);
+    std::uniform_int_distribution<int> any_row(0, kRows - 1);
+    const int lone = any_row(rng);
     std::vector<int> ranges(4 * 8);  // rows g and g + 8 of lane group g: {begin, end} each
     for (int g = 0; g < 8; ++g)
       for (int h = 0; h < 2; ++h) {
-        int b = begin_at(rng), e = end_at(rng);
+        const int r = g + 8 * h;
+        const bool starts_inside = inside && (trial % 8 == 1 ? r % 3 != 0 : trial % 8 == 3 ? h == 1 : r == lone);
+        int b = starts_inside ? begin_in(rng) : begin_out(rng), e = end_at(rng);
         if (trial % 7 == 0 && g == 3) e = b;  // an empty row
         ranges[4 * g + 2 * h] = b;
         ranges[4 * g + 2 * h + 1] = e;

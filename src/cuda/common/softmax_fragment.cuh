@@ -25,7 +25,8 @@ namespace tessera::cuda {
 // s (raw q.k of keys n0 + 8n + 2q + {0,1}; rows g (e = 0,1) and g + 8 (e = 2,3)) becomes the
 // unnormalised weights exp2(t - m) in place; rows[] enter the tile (m, l updated; the thread's
 // partial l, the quad's parts are summed at the end) and alpha[h] is the factor by which row h's
-// O accumulator must be multiplied. `masked` false: the whole tile is visible to every row.
+// O accumulator must be multiplied. `masked` false: the whole tile is visible to every row;
+// `masked` must be the same in every lane of the warp (the mask votes).
 // log2_weight_scale w: the weights come out as 2^w exp2(t - m) (fp8 P needs them away from the
 // bottom of its range); l then sums the scaled weights, and the caller divides out 2^w.
 //
@@ -108,7 +109,7 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
     // mul > 0, so the max of s * mul is mx * mul (and -inf stays -inf).
     tile_max[h] = sm80::quad_max(part[0]) * mul;
     if constexpr (kFirstTile) {
-      rows[h].m = tile_max[h];
+      rows[h].m = fmaxf(rows[h].m, tile_max[h]);  // tile_max, or -inf for a NaN tile, as enter_tile
       alpha[h] = 1.0f;
       m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;  // as below
     } else if constexpr (!kLazyRescale) {
