@@ -718,20 +718,34 @@ __global__ void __launch_bounds__(
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
       if (t == 0) mbarrier_arrive(q_empty(qb, c));
     } else {
+      float sc[2];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         rows[hh].l = sm80::quad_sum(rows[hh].l);
-        const float sc = rows[hh].output_scale();
-        const int r = 64 * c + 16 * warp + g + 8 * hh;  // tile row
-#pragma unroll
-        for (int d = 0; d < D / 8; ++d) {
-          const int chunk = (d % 8) ^ (r % 8);
-          *reinterpret_cast<std::uint32_t*>(q_ptr + (d / 8) * Tr::kQPanelBytes + r * 128 + chunk * 16 +
-                                            4 * q) = Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
-        }
+        sc[hh] = rows[hh].output_scale();
         const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
         if (a.lse != nullptr && q == 0 && rr < valid_rows)
           a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
+      }
+      // O / l as 16-bit pairs into the warp's 16 rows of the staging buffer (128-byte swizzled
+      // panels of 64 columns, the layout the TMA store reads), four 8 x 8 blocks per stmatrix:
+      // n-tiles d and d + 1, rows g and g + 8 of each (the accumulator's layout, register i =
+      // block i). Lane l gives the address of row l % 8 of block l / 8; its 16-byte chunk within
+      // the row is (d % 8 + (l / 16)) ^ (l % 8), i.e. (d % 8) ^ k with k = (l / 16) ^ (l % 8)
+      // (d even). Four stores a warp per two n-tiles instead of sixteen 4-byte ones.
+      {
+        const int blk = lane / 8, lrow = lane % 8;
+        const int k = (blk >> 1) ^ lrow;
+        const std::uint32_t row_addr = sQ(qb) + static_cast<std::uint32_t>((64 * c + 16 * warp + 8 * (blk & 1) + lrow) * 128);
+#pragma unroll
+        for (int d = 0; d < D / 8; d += 2) {
+          const std::uint32_t addr =
+              row_addr + static_cast<std::uint32_t>((d / 8) * Tr::kQPanelBytes + (((d % 8) ^ k) << 4));
+          stmatrix_x4(addr, Traits<Out>::pack2(o[d][0] * sc[0], o[d][1] * sc[0]),
+                      Traits<Out>::pack2(o[d][2] * sc[1], o[d][3] * sc[1]),
+                      Traits<Out>::pack2(o[d + 1][0] * sc[0], o[d + 1][1] * sc[0]),
+                      Traits<Out>::pack2(o[d + 1][2] * sc[1], o[d + 1][3] * sc[1]));
+        }
       }
       fence_proxy_async_shared_cta();  // the TMA store reads what these generic stores wrote
       named_barrier_sync(kEpilogueBarrier0 + c, 128);
