@@ -5,12 +5,15 @@
 //  - the LSE (m + log2 l) and O / l are those of the whole row;
 //  - the weights never pass 2^(w + lazy_log2) (w: log2_weight_scale), the bound the kernels rely
 //    on to keep P inside e4m3 (448) or fp16;
-//  - the lazy rescale skips tiles, and rows that do not vote do not move the others' rescales.
+//  - the lazy rescale skips tiles, and rows that do not vote do not move the others' rescales;
+//  - the first-tile form (kFirstTile) gives the general form's rows bit for bit;
+//  - a masked tile zeroes exactly the keys outside each row's range, on both mask paths.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "cuda/common/softmax_fragment.cuh"
@@ -43,13 +46,19 @@ struct WarpResult {
   int rescales = 0;  // tiles whose O the warp rescaled
 };
 
-// votes_from_row: rows >= it do not vote (a row past its sequence in the kernels).
-template <bool kLazy>
+// votes_from_row: rows >= it do not vote (a row past its sequence in the kernels). kFirst: tile 0
+// goes through scores_to_weights' kFirstTile form, as the sm90 forward's first K/V tile does.
+// begins (or nullptr): row r sees keys from begins[r] on (masked tiles up to the last row's
+// first key), as a window's or a ragged sequence's rows do.
+template <bool kLazy, bool kFirst = false>
 __global__ void softmax_tiles_kernel(int tiles, float w, float lazy_log2, int votes_from_row, bool steep, float* lse2,
-                                     float* o_out, float* max_weight, int* rescales) {
+                                     float* o_out, float* max_weight, int* rescales, const int* begins = nullptr) {
   const int lane = threadIdx.x, g = lane >> 2, q = lane & 3;
   math::OnlineSoftmaxRow rows[2];
-  const math::KeyRange keys[2] = {{0, 1 << 30}, {0, 1 << 30}};
+  const math::KeyRange keys[2] = {{begins ? begins[g] : 0, 1 << 30}, {begins ? begins[g + 8] : 0, 1 << 30}};
+  int last_begin = 0;
+  if (begins != nullptr)
+    for (int r = 0; r < kRows; ++r) last_begin = max(last_begin, begins[r]);
   float o[2] = {0.0f, 0.0f}, wmax = 0.0f;
   int count = 0;
   for (int i = 0; i < tiles; ++i) {
@@ -57,9 +66,13 @@ __global__ void softmax_tiles_kernel(int tiles, float w, float lazy_log2, int vo
     for (int n = 0; n < kTile / 8; ++n)
       for (int e = 0; e < 4; ++e) s[n][e] = crafted_score(g + 8 * (e >> 1), 8 * n + 2 * q + (e & 1), i, steep);
     float alpha[2];
-    const bool rescale = cuda::scores_to_weights<kTile, kLazy>(s, rows, keys, false, i * kTile, q, 1.0f, 1.0f, 0.0f,
-                                                               alpha, w, lazy_log2, g < votes_from_row,
-                                                               g + 8 < votes_from_row);
+    const bool masked = begins != nullptr && i * kTile < last_begin;
+    const bool rescale =
+        kFirst && i == 0
+            ? cuda::scores_to_weights<kTile, kLazy, true>(s, rows, keys, masked, i * kTile, q, 1.0f, 1.0f, 0.0f, alpha,
+                                                          w, lazy_log2, g < votes_from_row, g + 8 < votes_from_row)
+            : cuda::scores_to_weights<kTile, kLazy>(s, rows, keys, masked, i * kTile, q, 1.0f, 1.0f, 0.0f, alpha, w,
+                                                    lazy_log2, g < votes_from_row, g + 8 < votes_from_row);
     if (rescale) {
       o[0] *= alpha[0];
       o[1] *= alpha[1];
@@ -88,12 +101,14 @@ __global__ void softmax_tiles_kernel(int tiles, float w, float lazy_log2, int vo
   }
 }
 
-template <bool kLazy>
-WarpResult run_tiles(int tiles, float w, float lazy_log2, int votes_from_row = kRows, bool steep = false) {
+template <bool kLazy, bool kFirst = false>
+WarpResult run_tiles(int tiles, float w, float lazy_log2, int votes_from_row = kRows, bool steep = false,
+                     const std::vector<int>& begins = {}) {
   DeviceBuffer<float> lse2(kRows), o(kRows), wmax(1);  // NaN-filled: every value must be written
   DeviceBuffer<int> count(1);
-  softmax_tiles_kernel<kLazy><<<1, 32>>>(tiles, w, lazy_log2, votes_from_row, steep, lse2.get(), o.get(), wmax.get(),
-                                         count.get());
+  DeviceBuffer<int> d_begins(begins.empty() ? std::vector<int>(kRows, 0) : begins);
+  softmax_tiles_kernel<kLazy, kFirst><<<1, 32>>>(tiles, w, lazy_log2, votes_from_row, steep, lse2.get(), o.get(), wmax.get(),
+                                         count.get(), begins.empty() ? nullptr : d_begins.get());
   TESSERA_TEST_CUDA(cudaGetLastError());
   WarpResult r;
   r.lse2 = lse2.read();
@@ -174,6 +189,124 @@ TEST(SoftmaxFragment, RowsThatDoNotVoteDoNotMoveTheRescales) {
   expect_exact_rows(steep_out, kTiles, true);
   expect_exact_rows(mild_out, kTiles, false);
   EXPECT_LE(steep_out.max_weight, std::exp2(8.5f) * (1.0f + 1e-6f));
+}
+
+// The first tile without the vote (kFirstTile) leaves every voting row's LSE and O bit for bit
+// as the general form does, lazy or not, with rows out of the vote; the rescale count drops by
+// the first tile's (the flag reports no rescale there: O is still zero).
+TEST(SoftmaxFragment, FirstTileFormMatchesTheGeneralFormBitForBit) {
+  struct Setting {
+    float w, lazy;
+    int votes_from_row;
+    bool steep;
+  };
+  for (const Setting& c : {Setting{8.0f, 0.5f, kRows, false}, Setting{0.0f, 8.0f, kRows, false},
+                           Setting{8.0f, 0.5f, 12, true}, Setting{0.0f, 8.0f, 4, true}}) {
+    const WarpResult general = run_tiles<true>(kTiles, c.w, c.lazy, c.votes_from_row, c.steep);
+    const WarpResult first = run_tiles<true, true>(kTiles, c.w, c.lazy, c.votes_from_row, c.steep);
+    for (int r = 0; r < c.votes_from_row; ++r) {
+      EXPECT_EQ(first.lse2[r], general.lse2[r]) << "row " << r << ", votes from row " << c.votes_from_row;
+      EXPECT_EQ(first.o[r], general.o[r]) << "row " << r << ", votes from row " << c.votes_from_row;
+    }
+    EXPECT_EQ(first.rescales, general.rescales - 1);
+    EXPECT_EQ(first.max_weight, general.max_weight);
+  }
+  const WarpResult eager = run_tiles<false>(kTiles, 8.0f, 0.0f), eager_first = run_tiles<false, true>(kTiles, 8.0f, 0.0f);
+  for (int r = 0; r < kRows; ++r) {
+    EXPECT_EQ(eager_first.lse2[r], eager.lse2[r]) << "row " << r;
+    EXPECT_EQ(eager_first.o[r], eager.o[r]) << "row " << r;
+  }
+}
+
+// The same with masked first tiles: rows whose keys start in later tiles (a window's rows), so
+// that some rows, or every voting row, see nothing in the first tile: then the general form
+// votes no rescale there and leaves m at -inf, which the first-tile form must match.
+TEST(SoftmaxFragment, FirstTileFormMatchesTheGeneralFormWithMaskedFirstTiles) {
+  struct Setting {
+    std::vector<int> begins;
+    int votes_from_row;
+    bool tile0_rescales;  // whether the general form's tile 0 rescales (some voting row sees a key)
+  };
+  std::vector<int> half(kRows), late(kRows), staggered(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    half[r] = r < 8 ? 3 * r : 2 * kTile + 5 * r;     // rows 8-15 start in tile 2
+    late[r] = kTile + 17 * r;                         // every row starts in tiles 1-3
+    staggered[r] = r < 12 ? 3 * kTile + r : 5;        // voting rows 0-11 start in tile 3; 12-15 see tile 0
+  }
+  for (const Setting& c : {Setting{half, kRows, true}, Setting{late, kRows, false}, Setting{staggered, 12, false},
+                           Setting{half, 4, true}}) {
+    for (const float lazy : {0.5f, 8.0f}) {
+      const float w = lazy < 1.0f ? 8.0f : 0.0f;
+      const WarpResult general = run_tiles<true>(kTiles, w, lazy, c.votes_from_row, true, c.begins);
+      const WarpResult first = run_tiles<true, true>(kTiles, w, lazy, c.votes_from_row, true, c.begins);
+      for (int r = 0; r < c.votes_from_row; ++r) {
+        EXPECT_EQ(first.lse2[r], general.lse2[r]) << "row " << r << ", votes from row " << c.votes_from_row;
+        EXPECT_EQ(first.o[r], general.o[r]) << "row " << r << ", votes from row " << c.votes_from_row;
+      }
+      EXPECT_EQ(first.rescales, general.rescales - (c.tile0_rescales ? 1 : 0));
+      EXPECT_EQ(first.max_weight, general.max_weight);
+    }
+  }
+}
+
+// One masked tile of keys n0 .. n0 + 127: each row's weights are 0 exactly outside its key range
+// and positive inside, on both of scores_to_weights' mask paths (rows whose range starts inside
+// the tile make the warp test both bounds; otherwise only the upper one), with empty rows and
+// ranges that end before, inside or past the tile.
+__global__ void masked_tile_kernel(const int* ranges, int n0, float* weights) {
+  const int lane = threadIdx.x, g = lane >> 2, q = lane & 3;
+  math::OnlineSoftmaxRow rows[2];
+  const math::KeyRange keys[2] = {{ranges[4 * g], ranges[4 * g + 1]}, {ranges[4 * g + 2], ranges[4 * g + 3]}};
+  float s[kTile / 8][4];
+  for (int n = 0; n < kTile / 8; ++n)
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.25f * static_cast<float>((8 * n + 2 * q + (e & 1) + g) % 5);
+  float alpha[2];
+  cuda::scores_to_weights<kTile>(s, rows, keys, true, n0, q, 1.0f, 1.0f, 0.0f, alpha);
+  for (int n = 0; n < kTile / 8; ++n)
+    for (int e = 0; e < 4; ++e) weights[(g + 8 * (e >> 1)) * kTile + 8 * n + 2 * q + (e & 1)] = s[n][e];
+}
+
+TEST(SoftmaxFragment, MaskedTileZeroesExactlyTheKeysOutsideEachRowsRange) {
+  std::mt19937 rng(5);
+  const int n0 = 4096;
+  for (int trial = 0; trial < 200; ++trial) {
+    // Trials alternate: rows all starting at or before n0 (the upper-bound path), or some rows
+    // starting inside the tile (both bounds).
+    // Odd trials: some rows start inside the tile, and the warp must vote for the lower bound:
+    // every row may (trial % 8 == 1), only rows 8-15 (== 3, the second row of each lane, as in a
+    // window whose left edge crosses the tile between rows 7 and 8), or one row alone (== 5, 7).
+    const bool inside = trial % 2 == 1;
+    std::uniform_int_distribution<int> end_at(n0 - 8, n0 + kTile + 8), begin_out(0, n0), begin_in(n0 + 1, n0 + kTile);
+    std::uniform_int_distribution<int> any_row(0, kRows - 1);
+    const int lone = any_row(rng);
+    std::vector<int> ranges(4 * 8);  // rows g and g + 8 of lane group g: {begin, end} each
+    for (int g = 0; g < 8; ++g)
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        const bool starts_inside = inside && (trial % 8 == 1 ? r % 3 != 0 : trial % 8 == 3 ? h == 1 : r == lone);
+        int b = starts_inside ? begin_in(rng) : begin_out(rng), e = end_at(rng);
+        if (trial % 7 == 0 && g == 3) e = b;  // an empty row
+        ranges[4 * g + 2 * h] = b;
+        ranges[4 * g + 2 * h + 1] = e;
+      }
+    DeviceBuffer<int> d_ranges(ranges);
+    DeviceBuffer<float> weights(kRows * kTile);  // NaN-filled: every weight must be written
+    masked_tile_kernel<<<1, 32>>>(d_ranges.get(), n0, weights.get());
+    TESSERA_TEST_CUDA(cudaGetLastError());
+    const std::vector<float> got = weights.read();
+    for (int r = 0; r < kRows; ++r) {
+      const int b = ranges[4 * (r % 8) + 2 * (r / 8)], e = ranges[4 * (r % 8) + 2 * (r / 8) + 1];
+      for (int c = 0; c < kTile; ++c) {
+        const bool visible = n0 + c >= b && n0 + c < e;
+        const float wv = got[r * kTile + c];
+        if (visible) {
+          ASSERT_GT(wv, 0.0f) << "trial " << trial << " row " << r << " key " << n0 + c << " range [" << b << ", " << e << ")";
+        } else {
+          ASSERT_EQ(wv, 0.0f) << "trial " << trial << " row " << r << " key " << n0 + c << " range [" << b << ", " << e << ")";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ namespace tessera::cuda {
 // s (raw q.k of keys n0 + 8n + 2q + {0,1}; rows g (e = 0,1) and g + 8 (e = 2,3)) becomes the
 // unnormalised weights exp2(t - m) in place; rows[] enter the tile (m, l updated; the thread's
 // partial l, the quad's parts are summed at the end) and alpha[h] is the factor by which row h's
-// O accumulator must be multiplied. `masked` false: the whole tile is visible to every row.
+// O accumulator must be multiplied. `masked` false: the whole tile is visible to every row;
+// `masked` must be the same in every lane of the warp (the mask votes).
 // log2_weight_scale w: the weights come out as 2^w exp2(t - m) (fp8 P needs them away from the
 // bottom of its range); l then sums the scaled weights, and the caller divides out 2^w.
 //
@@ -39,7 +40,11 @@ namespace tessera::cuda {
 // votes[h] false: row h does not take part in the vote (a row past its sequence, whose Q may be
 // another sequence's: the other rows' rounding must not depend on it); its weights are then
 // unbounded, and the caller never stores it.
-template <int kBlockN, bool kLazyRescale = false>
+// kFirstTile: the rows' first tile (m = -inf, l = 0, O still zero): m becomes the tile max at
+// once, without the vote and enter_tile's exp2 (alpha 1, returns false: O needs no rescale).
+// Rows that would not have voted may then take a finite m where the vote would have left -inf;
+// no such row is stored, and every stored row ends as without the flag, bit for bit.
+template <int kBlockN, bool kLazyRescale = false, bool kFirstTile = false>
 __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], math::OnlineSoftmaxRow (&rows)[2],
                                                   const math::KeyRange (&keys)[2], bool masked, int n0, int q,
                                                   float scale, float scale_log2, float softcap, float (&alpha)[2],
@@ -56,15 +61,30 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
     mul = 1.0f;
   }
   // Soft cap first, then the mask: masked scores become -inf whatever the cap made of them.
+  // Key n0 + 2q + c (c = 8n + (e & 1), a constant) is visible to row h iff lo[h] <= c < hi[h]:
+  // the row's bounds moved into the thread's frame once, so that each score costs a compare with
+  // an immediate, not an add and two compares. A row that starts inside the tile (a window's left
+  // edge, a ragged or bottom-right offset) takes the lower bound too; on a causal diagonal no row
+  // does, and the warp skips it (one vote). Exact: the same integer tests.
   if (masked) {
+    const int c0 = n0 + 2 * q;
+    const int lo[2] = {keys[0].begin - c0, keys[1].begin - c0};
+    const int hi[2] = {keys[0].end - c0, keys[1].end - c0};
+    if (__any_sync(0xffffffffu, lo[0] > 0 || lo[1] > 0)) {
 #pragma unroll
-    for (int n = 0; n < kBlockN / 8; ++n)
+      for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = n0 + 8 * n + 2 * q + (e & 1);
-        const math::KeyRange& r = keys[e >> 1];
-        if (col < r.begin || col >= r.end) s[n][e] = -INFINITY;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int c = 8 * n + (e & 1);
+          if (c < lo[e >> 1] || c >= hi[e >> 1]) s[n][e] = -INFINITY;
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (8 * n + (e & 1) >= hi[e >> 1]) s[n][e] = -INFINITY;
+    }
   }
   // The row max and the row sum run in four independent chains (n-tile n feeds chain
   // n % kPartials), joined by a tree at the end: one running chain per row made the softmax of
@@ -88,15 +108,19 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
       for (int k = 0; k < w; ++k) part[k] = fmaxf(part[k], part[k + w]);
     // mul > 0, so the max of s * mul is mx * mul (and -inf stays -inf).
     tile_max[h] = sm80::quad_max(part[0]) * mul;
-    if constexpr (!kLazyRescale) {
+    if constexpr (kFirstTile) {
+      rows[h].m = fmaxf(rows[h].m, tile_max[h]);  // tile_max, or -inf for a NaN tile, as enter_tile
+      alpha[h] = 1.0f;
+      m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;  // as below
+    } else if constexpr (!kLazyRescale) {
       alpha[h] = rows[h].enter_tile(tile_max[h]);
       // OnlineSoftmaxRow::weight gives 0 while the row is empty (m = -inf); then every t of the
       // row is -inf too, and exp2(-inf - 0) = 0 gives the same without a per-element select.
       m_use[h] = (rows[h].m == -INFINITY ? 0.0f : rows[h].m) - log2_weight_scale;
     }
   }
-  bool rescale = true;
-  if constexpr (kLazyRescale) {
+  bool rescale = !kFirstTile;
+  if constexpr (kLazyRescale && !kFirstTile) {
     // The rise as a difference (m + lazy_log2 would round at large m and let a rise through):
     // an empty row's first visible key rises by +inf, a tile with no visible key by -inf or NaN
     // (-inf - -inf), which compares false.

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "math/fast_divisor.h"
+
 namespace tessera::cuda::sm90 {
 
 struct FwdArgs {
@@ -73,6 +75,11 @@ struct FwdArgs {
   int split_parts = 2;
   float* split_o = nullptr;
   float* split_lse = nullptr;
+  // m_blocks, heads and group as divisors for a tile's coordinates (tile_coords.cuh) and its K/V
+  // head, set by the launch from the values above once they are final (launch_template.cuh):
+  // the consumers' tile start then divides with multiply-highs, not nvcc's ~20-instruction
+  // division.
+  math::FastDivisor m_blocks_div, heads_div, group_div;
   // Host only (launch_template.cuh; last, so that the kernel's parameter offsets stay as they
   // were). split_allowed: whether the launch may split its tail; programmatic: launched as the
   // programmatic dependent of the launch just before it on the stream. The head_dim 64 tail-row

@@ -287,10 +287,10 @@ __global__ void __launch_bounds__(
         TileCoords tc;
         [[maybe_unused]] TileOrigin o;
         if constexpr (kOriginFromSlot) {
-          while (tile < num_tiles && !(tc = tile_coords_at<BM, BN, kMasked, kSplit>(a, o = tile_origin<BM, kSplit, kTailRows>(a, tile))).active)
+          while (tile < num_tiles && !(tc = tile_coords_at<BM, BN, kMasked, kSplit>(a, o = tile_origin<BM, kSplit, kTailRows, false>(a, tile))).active)
             tile = next_tile(tile);
         } else {
-          while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile)).active) tile = next_tile(tile);
+          while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows, false>(a, tile)).active) tile = next_tile(tile);
         }
         mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);
         if constexpr (kOriginFromSlot) {
@@ -483,7 +483,7 @@ __global__ void __launch_bounds__(
     // FP8: the q and k descales of the tile's (sequence, kv head) fold into the score scale.
     float scale = a.scale, scale_log2 = a.scale_log2;
     if constexpr (kFp8) {
-      const int h_kv = tc.head / a.group;
+      const int h_kv = a.group_div.div(tc.head);
       // Floored at 2^-60 (factors are >= 0): a zero factor (an all-zero head) must give scores of
       // ~0, i.e. uniform weights, while masked scores stay -inf; a multiplier of exactly 0 would
       // turn them into -inf * 0 = NaN in the exponent's FFMA.
@@ -546,9 +546,17 @@ __global__ void __launch_bounds__(
       // Unmasked instances: full = [0, k_len) and n0 >= 0, so only the tail tile (n0 + BN > k_len)
       // needs the mask; the general test cost ~9 instructions per tile there.
       const bool masked = kMasked ? !(full.begin <= n0 && n0 + BN <= full.end) : n0 + BN > tc.k_len;
-      // Rows past the sequence (a ragged tile's next sequence) do not vote.
-      rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha,
-                                              kLog2WeightScale, kLazyRescaleLog2, row < tc.q_len, row + 8 < tc.q_len);
+      // Rows past the sequence (a ragged tile's next sequence) do not vote. The tile's first K/V
+      // tile (run_kv_tiles calls weights(0) once, before its loop from 1) enters the rows
+      // without the vote (scores_to_weights' kFirstTile); the tail-row shares (run_kv_share)
+      // take the general form.
+      const bool vote0 = row < tc.q_len, vote1 = row + 8 < tc.q_len;
+      if (!kTailRows && i == 0)
+        rescale_o = scores_to_weights<BN, true, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha,
+                                                      kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
+      else
+        rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha,
+                                                kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
     };
     auto pack = [&] {
       if constexpr (kFp8) pack_weights_e4m3<BN>(s, p);
@@ -667,7 +675,7 @@ __global__ void __launch_bounds__(
     if constexpr (kFp8) {
       // bf16 O straight from the accumulators (the Q buffer of 1-byte elements is too small to
       // stage it): a quad writes 16 contiguous bytes of a row per column group.
-      const float dv = a.v_descale.at(tc.seq, tc.head / a.group);
+      const float dv = a.v_descale.at(tc.seq, a.group_div.div(tc.head));
       Out* out = static_cast<Out*>(a.o) + tc.seq * a.o_batch + (tc.q_row0 + static_cast<std::int64_t>(wg_row0)) * a.o_row +
                  tc.head * a.o_head;
 #pragma unroll
@@ -710,20 +718,34 @@ __global__ void __launch_bounds__(
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
       if (t == 0) mbarrier_arrive(q_empty(qb, c));
     } else {
+      float sc[2];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         rows[hh].l = sm80::quad_sum(rows[hh].l);
-        const float sc = rows[hh].output_scale();
-        const int r = 64 * c + 16 * warp + g + 8 * hh;  // tile row
-#pragma unroll
-        for (int d = 0; d < D / 8; ++d) {
-          const int chunk = (d % 8) ^ (r % 8);
-          *reinterpret_cast<std::uint32_t*>(q_ptr + (d / 8) * Tr::kQPanelBytes + r * 128 + chunk * 16 +
-                                            4 * q) = Traits<Out>::pack2(o[d][2 * hh] * sc, o[d][2 * hh + 1] * sc);
-        }
+        sc[hh] = rows[hh].output_scale();
         const int rr = 16 * warp + g + 8 * hh;  // row within the warpgroup
         if (a.lse != nullptr && q == 0 && rr < valid_rows)
           a.lse[tc.seq * a.lse_batch + tc.head * a.lse_head + tc.q_row0 + wg_row0 + rr] = rows[hh].lse();
+      }
+      // O / l as 16-bit pairs into the warp's 16 rows of the staging buffer (128-byte swizzled
+      // panels of 64 columns, the layout the TMA store reads), four 8 x 8 blocks per stmatrix:
+      // n-tiles d and d + 1, rows g and g + 8 of each (the accumulator's layout, register i =
+      // block i). Lane l gives the address of row l % 8 of block l / 8; its 16-byte chunk within
+      // the row is (d % 8 + (l / 16)) ^ (l % 8), i.e. (d % 8) ^ k with k = (l / 16) ^ (l % 8)
+      // (d even). Four stores a warp per two n-tiles instead of sixteen 4-byte ones.
+      {
+        const int blk = lane / 8, lrow = lane % 8;
+        const int k = (blk >> 1) ^ lrow;
+        const std::uint32_t row_addr = sQ(qb) + static_cast<std::uint32_t>((64 * c + 16 * warp + 8 * (blk & 1) + lrow) * 128);
+#pragma unroll
+        for (int d = 0; d < D / 8; d += 2) {
+          const std::uint32_t addr =
+              row_addr + static_cast<std::uint32_t>((d / 8) * Tr::kQPanelBytes + (((d % 8) ^ k) << 4));
+          stmatrix_x4(addr, Traits<Out>::pack2(o[d][0] * sc[0], o[d][1] * sc[0]),
+                      Traits<Out>::pack2(o[d][2] * sc[1], o[d][3] * sc[1]),
+                      Traits<Out>::pack2(o[d + 1][0] * sc[0], o[d + 1][1] * sc[0]),
+                      Traits<Out>::pack2(o[d + 1][2] * sc[1], o[d + 1][3] * sc[1]));
+        }
       }
       fence_proxy_async_shared_cta();  // the TMA store reads what these generic stores wrote
       named_barrier_sync(kEpilogueBarrier0 + c, 128);

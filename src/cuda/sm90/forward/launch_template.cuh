@@ -115,6 +115,9 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   // (The tail-row launch of a pair (launch.cu) brings its tile counter zeroed from the caller:
   // persistent CTAs walking dynamically, those that start in the whole blocks' last round taking
   // more tiles; its grid is the persistent one already.)
+  run_args.m_blocks_div = math::FastDivisor(run_args.m_blocks);
+  run_args.heads_div = math::FastDivisor(run_args.heads);
+  run_args.group_div = math::FastDivisor(run_args.group);
   cudaError_t launched = cudaSuccess;
   if (args.programmatic) {
     cudaLaunchConfig_t cfg = {};

@@ -28,9 +28,19 @@ struct TileCoords {
   int part = 0;      // which of the split tile's split_parts parts of its K/V tiles
 };
 
+// n / d and n % d by a divisor of the launch: by its multiply-high (kFast) or by nvcc's
+// division. The producer divides the slow way: it runs ahead of the consumers, and on its 24
+// registers (head_dim 64) the fast divisor's two extra values spilled.
+template <bool kFast>
+__device__ __forceinline__ int2 divide(const math::FastDivisor& f, int n) {
+  const int q = kFast ? f.div(n) : n / f.divisor;
+  return make_int2(q, f.rem(n, q));
+}
+
 // kSplit: the launch may split its last round's tiles (FwdArgs::split_begin); dense only.
 // kTailRows: tile t is the last query block of (head, sequence) t (the tail-row instance).
-template <int BM, int BN, bool kMasked, bool kSplit = false, bool kTailRows = false>
+// kFast: divide by the launch's fast divisors (see divide).
+template <int BM, int BN, bool kMasked, bool kSplit = false, bool kTailRows = false, bool kFast = true>
 __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
   TileCoords c;
   if constexpr (kSplit) {
@@ -41,11 +51,13 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
       tile = a.split_begin + c.split;
     }
   }
-  const int head_seq = kTailRows ? tile : tile / a.m_blocks;
-  const int m_block = kTailRows ? a.m_blocks - 1 : a.m_blocks - 1 - tile % a.m_blocks;
+  const int2 by_block = divide<kFast>(a.m_blocks_div, tile);  // (head, sequence), query block from the end
+  const int head_seq = kTailRows ? tile : by_block.x;
+  const int m_block = kTailRows ? a.m_blocks - 1 : a.m_blocks - 1 - by_block.y;
   if (!a.ragged_virtual) c.m0 = m_block * BM;  // (a virtual block index times BM may not fit an int)
-  c.head = head_seq % a.heads;
-  c.seq = head_seq / a.heads;
+  const int2 by_head = divide<kFast>(a.heads_div, head_seq);
+  c.seq = by_head.x;
+  c.head = by_head.y;
   c.q_len = a.seq_q;
   c.k_len = a.seq_k;
   if (a.cu_seqlens_q != nullptr) {
@@ -98,7 +110,7 @@ struct TileOrigin {
   int part = 0;
   bool active = true;  // false: a ragged launch's gap block between two sequences
 };
-template <int BM, bool kSplit = false, bool kTailRows = false>
+template <int BM, bool kSplit = false, bool kTailRows = false, bool kFast = true>
 __device__ __forceinline__ TileOrigin tile_origin(const FwdArgs& a, int tile) {
   TileOrigin o;
   if constexpr (kSplit) {
@@ -109,11 +121,13 @@ __device__ __forceinline__ TileOrigin tile_origin(const FwdArgs& a, int tile) {
       tile = a.split_begin + o.split;
     }
   }
-  const int head_seq = kTailRows ? tile : tile / a.m_blocks;
-  const int m_block = kTailRows ? a.m_blocks - 1 : a.m_blocks - 1 - tile % a.m_blocks;
+  const int2 by_block = divide<kFast>(a.m_blocks_div, tile);  // (head, sequence), query block from the end
+  const int head_seq = kTailRows ? tile : by_block.x;
+  const int m_block = kTailRows ? a.m_blocks - 1 : a.m_blocks - 1 - by_block.y;
   if (!a.ragged_virtual) o.m0 = m_block * BM;  // (a virtual block index times BM may not fit an int)
-  o.head = head_seq % a.heads;
-  o.seq = head_seq / a.heads;
+  const int2 by_head = divide<kFast>(a.heads_div, head_seq);
+  o.seq = by_head.x;
+  o.head = by_head.y;
   if (a.cu_seqlens_q != nullptr && a.ragged_virtual) {
     // m_block is a virtual block over every sequence (math/ragged_tiles.h).
     const math::RaggedBlock rb = math::ragged_block(a.cu_seqlens_q, a.batch, BM, m_block);
