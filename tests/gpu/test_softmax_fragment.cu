@@ -250,9 +250,11 @@ TEST(SoftmaxFragment, FirstTileFormMatchesTheGeneralFormWithMaskedFirstTiles) {
 }
 
 // One masked tile of keys n0 .. n0 + 127: each row's weights are 0 exactly outside its key range
-// and positive inside, on both of scores_to_weights' mask paths (rows whose range starts inside
-// the tile make the warp test both bounds; otherwise only the upper one), with empty rows and
-// ranges that end before, inside or past the tile.
+// and positive inside, in both of scores_to_weights' mask forms (kInFrame: the thread-frame form
+// and both of its paths: rows whose range starts inside the tile make the warp test both bounds;
+// otherwise only the upper one), with empty rows and ranges that end before, inside or past the
+// tile.
+template <bool kInFrame>
 __global__ void masked_tile_kernel(const int* ranges, int n0, float* weights) {
   const int lane = threadIdx.x, g = lane >> 2, q = lane & 3;
   math::OnlineSoftmaxRow rows[2];
@@ -261,12 +263,13 @@ __global__ void masked_tile_kernel(const int* ranges, int n0, float* weights) {
   for (int n = 0; n < kTile / 8; ++n)
     for (int e = 0; e < 4; ++e) s[n][e] = 0.25f * static_cast<float>((8 * n + 2 * q + (e & 1) + g) % 5);
   float alpha[2];
-  cuda::scores_to_weights<kTile>(s, rows, keys, true, n0, q, 1.0f, 1.0f, 0.0f, alpha);
+  cuda::scores_to_weights<kTile, false, false, kInFrame>(s, rows, keys, true, n0, q, 1.0f, 1.0f, 0.0f, alpha);
   for (int n = 0; n < kTile / 8; ++n)
     for (int e = 0; e < 4; ++e) weights[(g + 8 * (e >> 1)) * kTile + 8 * n + 2 * q + (e & 1)] = s[n][e];
 }
 
-TEST(SoftmaxFragment, MaskedTileZeroesExactlyTheKeysOutsideEachRowsRange) {
+template <bool kInFrame>
+void check_masked_tiles() {
   std::mt19937 rng(5);
   const int n0 = 4096;
   for (int trial = 0; trial < 200; ++trial) {
@@ -291,22 +294,28 @@ TEST(SoftmaxFragment, MaskedTileZeroesExactlyTheKeysOutsideEachRowsRange) {
       }
     DeviceBuffer<int> d_ranges(ranges);
     DeviceBuffer<float> weights(kRows * kTile);  // NaN-filled: every weight must be written
-    masked_tile_kernel<<<1, 32>>>(d_ranges.get(), n0, weights.get());
+    masked_tile_kernel<kInFrame><<<1, 32>>>(d_ranges.get(), n0, weights.get());
     TESSERA_TEST_CUDA(cudaGetLastError());
     const std::vector<float> got = weights.read();
+    const char* form = kInFrame ? "frame form" : "per-score form";
     for (int r = 0; r < kRows; ++r) {
       const int b = ranges[4 * (r % 8) + 2 * (r / 8)], e = ranges[4 * (r % 8) + 2 * (r / 8) + 1];
       for (int c = 0; c < kTile; ++c) {
         const bool visible = n0 + c >= b && n0 + c < e;
         const float wv = got[r * kTile + c];
         if (visible) {
-          ASSERT_GT(wv, 0.0f) << "trial " << trial << " row " << r << " key " << n0 + c << " range [" << b << ", " << e << ")";
+          ASSERT_GT(wv, 0.0f) << form << " trial " << trial << " row " << r << " key " << n0 + c << " range [" << b << ", " << e << ")";
         } else {
-          ASSERT_EQ(wv, 0.0f) << "trial " << trial << " row " << r << " key " << n0 + c << " range [" << b << ", " << e << ")";
+          ASSERT_EQ(wv, 0.0f) << form << " trial " << trial << " row " << r << " key " << n0 + c << " range [" << b << ", " << e << ")";
         }
       }
     }
   }
+}
+
+TEST(SoftmaxFragment, MaskedTileZeroesExactlyTheKeysOutsideEachRowsRange) {
+  check_masked_tiles<false>();
+  check_masked_tiles<true>();
 }
 
 }  // namespace

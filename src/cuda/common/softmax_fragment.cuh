@@ -44,7 +44,10 @@ namespace tessera::cuda {
 // once, without the vote and enter_tile's exp2 (alpha 1, returns false: O needs no rescale).
 // Rows that would not have voted may then take a finite m where the vote would have left -inf;
 // no such row is stored, and every stored row ends as without the flag, bit for bit.
-template <int kBlockN, bool kLazyRescale = false, bool kFirstTile = false>
+// kMaskInThreadFrame: the mask's form (below; both exact). The sm90 forward takes the frame form
+// (d64 causal 512-1024 5-11 % faster); the portable forward keeps the per-score form, which the
+// frame form made 2 % slower there (d128 causal 4k; bench/RESULTS.md, twenty-seventh session).
+template <int kBlockN, bool kLazyRescale = false, bool kFirstTile = false, bool kMaskInThreadFrame = false>
 __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], math::OnlineSoftmaxRow (&rows)[2],
                                                   const math::KeyRange (&keys)[2], bool masked, int n0, int q,
                                                   float scale, float scale_log2, float softcap, float (&alpha)[2],
@@ -61,29 +64,41 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
     mul = 1.0f;
   }
   // Soft cap first, then the mask: masked scores become -inf whatever the cap made of them.
-  // Key n0 + 2q + c (c = 8n + (e & 1), a constant) is visible to row h iff lo[h] <= c < hi[h]:
-  // the row's bounds moved into the thread's frame once, so that each score costs a compare with
-  // an immediate, not an add and two compares. A row that starts inside the tile (a window's left
-  // edge, a ragged or bottom-right offset) takes the lower bound too; on a causal diagonal no row
-  // does, and the warp skips it (one vote). Exact: the same integer tests.
+  // Per-score form: key n0 + 8n + 2q + (e & 1) against the row's range (an add, two compares).
+  // Thread-frame form: key n0 + 2q + c (c = 8n + (e & 1), a constant) is visible to row h iff
+  // lo[h] <= c < hi[h], the row's bounds moved into the thread's frame once, so that each score
+  // costs a compare with an immediate. A row that starts inside the tile (a window's left edge, a
+  // ragged or bottom-right offset) takes the lower bound too; on a causal diagonal no row does,
+  // and the warp skips it (one vote). Exact: the same integer tests.
   if (masked) {
-    const int c0 = n0 + 2 * q;
-    const int lo[2] = {keys[0].begin - c0, keys[1].begin - c0};
-    const int hi[2] = {keys[0].end - c0, keys[1].end - c0};
-    if (__any_sync(0xffffffffu, lo[0] > 0 || lo[1] > 0)) {
+    if constexpr (kMaskInThreadFrame) {
+      const int c0 = n0 + 2 * q;
+      const int lo[2] = {keys[0].begin - c0, keys[1].begin - c0};
+      const int hi[2] = {keys[0].end - c0, keys[1].end - c0};
+      if (__any_sync(0xffffffffu, lo[0] > 0 || lo[1] > 0)) {
 #pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n)
+        for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 8 * n + (e & 1);
-          if (c < lo[e >> 1] || c >= hi[e >> 1]) s[n][e] = -INFINITY;
-        }
+          for (int e = 0; e < 4; ++e) {
+            const int c = 8 * n + (e & 1);
+            if (c < lo[e >> 1] || c >= hi[e >> 1]) s[n][e] = -INFINITY;
+          }
+      } else {
+#pragma unroll
+        for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (8 * n + (e & 1) >= hi[e >> 1]) s[n][e] = -INFINITY;
+      }
     } else {
 #pragma unroll
       for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (8 * n + (e & 1) >= hi[e >> 1]) s[n][e] = -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const int col = n0 + 8 * n + 2 * q + (e & 1);
+          const math::KeyRange& r = keys[e >> 1];
+          if (col < r.begin || col >= r.end) s[n][e] = -INFINITY;
+        }
     }
   }
   // The row max and the row sum run in four independent chains (n-tile n feeds chain

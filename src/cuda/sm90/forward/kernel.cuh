@@ -549,14 +549,14 @@ __global__ void __launch_bounds__(
       // Rows past the sequence (a ragged tile's next sequence) do not vote. The tile's first K/V
       // tile (run_kv_tiles calls weights(0) once, before its loop from 1) enters the rows
       // without the vote (scores_to_weights' kFirstTile); the tail-row shares (run_kv_share)
-      // take the general form.
+      // take the general form. The mask in the thread's frame (softmax_fragment.cuh).
       const bool vote0 = row < tc.q_len, vote1 = row + 8 < tc.q_len;
       if (!kTailRows && i == 0)
-        rescale_o = scores_to_weights<BN, true, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha,
-                                                      kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
+        rescale_o = scores_to_weights<BN, true, true, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap,
+                                                            alpha, kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
       else
-        rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap, alpha,
-                                                kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
+        rescale_o = scores_to_weights<BN, true, false, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap,
+                                                             alpha, kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
     };
     auto pack = [&] {
       if constexpr (kFp8) pack_weights_e4m3<BN>(s, p);
