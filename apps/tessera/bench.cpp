@@ -95,11 +95,22 @@ int run_bench(int argc, char** argv) {
   args.add_int("threads", &ctx.threads, "CPU threads; 0 = all cores");
   args.add_double("min-time", &ctx.min_time, "seconds of timed runs per case, after one warm-up run");
   args.add_flag("quick", &quick, "fewer and smaller cases");
+  std::string timing = "eager";
+  int queue = 10;
+  args.add_string("timing", &timing,
+                  "dense CUDA attention rows: eager (each call alone between two events, its host time included) or "
+                  "queued (--queue calls back to back per sample: the kernels' own time, as bench/peers.py --timing "
+                  "queued)");
+  args.add_int("queue", &queue, "calls per sample under --timing queued");
   args.add_string("csv", &csv_path, "also write rows to this CSV file (columns of bench/peers.py, for bench/compare.py)");
   args.add_epilog("Record figures you quote in bench/RESULTS.md with date, machine, commit, exact command and the\n"
                   "peers measured in the same run.\n");
   if (!args.parse(argc, argv, 2)) return 0;
   ctx.quick = quick;
+  if (timing != "eager" && timing != "queued")
+    throw UsageError("--timing: expected eager or queued, got '" + timing + "'");
+  if (queue < 1) throw UsageError("--queue: expected a whole number >= 1, got " + std::to_string(queue));
+  ctx.queue = timing == "queued" ? queue : 0;
 
   if (list) {
     for (const bench::Suite& s : sorted_suites())

@@ -127,13 +127,13 @@ void run_dense(const Context& ctx, const Emit& emit, bool backward) {
         try {
           double ms;
           if (!backward) {
-            ms = cuda_median_ms([&] { attention_forward(q, k, v, o, Tensor(), opt); }, ctx.min_time);
+            ms = dense_median_ms(ctx, [&] { attention_forward(q, k, v, o, Tensor(), opt); });
             r.flops = forward_flops(b, h, s, s, d, causal);
           } else {
             attention_forward(q, k, v, o, lse, opt);
             const Tensor dout(buf.dout.data(), dt, {b, s, h, d}, dev), dq(buf.dq.data(), dt, {b, s, h, d}, dev),
                 dk(buf.dk.data(), dt, {b, s, h, d}, dev), dv(buf.dv.data(), dt, {b, s, h, d}, dev);
-            ms = cuda_median_ms([&] { attention_backward(q, k, v, o, dout, lse, dq, dk, dv, opt); }, ctx.min_time);
+            ms = dense_median_ms(ctx, [&] { attention_backward(q, k, v, o, dout, lse, dq, dk, dv, opt); });
             r.flops = backward_flops(b, h, s, s, d, causal);
           }
           r.seconds = ms * 1e-3;
@@ -175,7 +175,7 @@ void run_dense_fp8(const Context& ctx, const Emit& emit) {
         opt.causal = causal;
         Row r = dense_row("forward", dt, b, h, s, d, causal);
         time_row(r, forward_flops(b, h, s, s, d, causal),
-                 [&] { attention_forward_fp8(tq, tk, tv, descale, to, Tensor(), opt); }, ctx.min_time);
+                 [&] { attention_forward_fp8(tq, tk, tv, descale, to, Tensor(), opt); }, ctx);
         emit(r);
       }
     }
@@ -219,7 +219,7 @@ void run_ragged(const Context& ctx, const Emit& emit) {
       r.shape = "n" + std::to_string(n) + " t" + std::to_string(total) + " h" + std::to_string(h) + " d128";
       r.note = "lengths " + std::to_string(mean / 2) + ".." + std::to_string(mean + mean / 2) + ", cu_seqlens on the device";
       time_row(r, 4.0 * h * d * (causal ? pairs_causal : pairs_full),
-               [&] { attention_forward_ragged(q, k, v, tcu, tcu, o, Tensor(), opt); }, ctx.min_time);
+               [&] { attention_forward_ragged(q, k, v, tcu, tcu, o, Tensor(), opt); }, ctx);
       emit(r);
     }
   }
@@ -227,7 +227,7 @@ void run_ragged(const Context& ctx, const Emit& emit) {
 
 // What a dense forward call costs beyond its kernels, at d128 (1k, 4k, 16k; causal and not): the
 // eager median (an event, the call, an event, a synchronisation per sample: what cuda.forward
-// reports), the same call replayed as a CUDA graph (no host work inside the span), and the host's
+// reports under --timing eager; always eager here), the same call replayed as a CUDA graph (no host work inside the span), and the host's
 // time per call with 50 calls enqueued back to back (tensor-map encoding, attribute setting,
 // launches). Where host time per call approaches the kernel's own, the eager median carries it.
 void forward_overhead(const Context& ctx, const Emit& emit) {

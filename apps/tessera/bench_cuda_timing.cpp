@@ -76,6 +76,42 @@ double cuda_median_ms(const std::function<void()>& fn, double min_time) {
   return median_event_ms(nullptr, fn, min_time);
 }
 
+double cuda_queued_median_ms(const std::function<void()>& fn, double min_time, int depth) {
+  if (depth < 1) throw std::invalid_argument("cuda_queued_median_ms: depth >= 1 expected, got " + std::to_string(depth));
+  for (int i = 0; i < 3; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  const bool show_samples = print_samples();
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  std::vector<double> ms;
+  double total = 0;
+  while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
+    check(cudaEventRecord(a, nullptr), "cudaEventRecord");
+    for (int i = 0; i < depth; ++i) fn();
+    check(cudaEventRecord(b, nullptr), "cudaEventRecord");
+    check(cudaEventSynchronize(b), "timed run");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(t / depth);
+    total += t;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (show_samples) {
+    std::fprintf(stderr, "samples (ms per call, %d calls each, in order):", depth);
+    for (const double t : ms) std::fprintf(stderr, " %.4f", t);
+    std::fprintf(stderr, "\n");
+  }
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+}
+
+double dense_median_ms(const Context& ctx, const std::function<void()>& fn) {
+  return ctx.queue > 0 ? cuda_queued_median_ms(fn, ctx.min_time, ctx.queue) : cuda_median_ms(fn, ctx.min_time);
+}
+
 // Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues (captured
 // once on a stream of its own): the GPU-side cost of a call as a serving engine that replays
 // graphs sees it, without the host time of the call itself.
@@ -107,9 +143,9 @@ double cuda_graph_median_ms(const std::function<void(cudaStream_t)>& fn, double 
 }
 
 // Times fn into r (seconds, flops); a failure becomes a "not run" row instead.
-void time_row(Row& r, double flops, const std::function<void()>& fn, double min_time) {
+void time_row(Row& r, double flops, const std::function<void()>& fn, const Context& ctx) {
   try {
-    r.seconds = cuda_median_ms(fn, min_time) * 1e-3;
+    r.seconds = dense_median_ms(ctx, fn) * 1e-3;
     r.flops = flops;
   } catch (const std::exception& e) {
     r.note = std::string("not run: ") + e.what();

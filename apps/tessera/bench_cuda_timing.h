@@ -28,11 +28,21 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
 // Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
 double cuda_median_ms(const std::function<void()>& fn, double min_time);
 
+// Median milliseconds per call of fn on the default stream after 3 warm-up calls, each sample
+// `depth` calls back to back between two events (divided by depth), until min_time seconds (at
+// least 5 samples, at most 200): a call's host time hides under the GPU time of the calls
+// queued before it wherever it is the shorter (bench/peers.py's time_samples_queued).
+double cuda_queued_median_ms(const std::function<void()>& fn, double min_time, int depth);
+
+// A dense attention row's time: cuda_queued_median_ms with ctx.queue calls per sample when
+// ctx.queue > 0 (--timing queued), else cuda_median_ms.
+double dense_median_ms(const Context& ctx, const std::function<void()>& fn);
+
 // Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues.
 double cuda_graph_median_ms(const std::function<void(cudaStream_t)>& fn, double min_time);
 
-// Times fn into r (seconds, flops); a failure becomes a "not run" row instead.
-void time_row(Row& r, double flops, const std::function<void()>& fn, double min_time);
+// Times fn into r (seconds, flops) with dense_median_ms; a failure becomes a "not run" row instead.
+void time_row(Row& r, double flops, const std::function<void()>& fn, const Context& ctx);
 
 // Fills a device buffer with random values of `dtype` (a 16 MiB random block, repeated).
 void fill_random(DeviceBuffer& buf, DType dtype, std::uint64_t seed);

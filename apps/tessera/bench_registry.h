@@ -32,6 +32,12 @@ struct Context {
   int threads = 0;          // CPU threads (0 = all cores)
   double min_time = 0.3;    // seconds of timed runs per case (after one warm-up)
   bool quick = false;       // fewer / smaller cases
+  // Dense CUDA attention rows (cuda.forward, cuda.backward, cuda.forward_fp8, cuda.forward_ragged):
+  // 0 times each call alone (an event, the call, an event, a synchronisation: the call's host
+  // time up to its launch lands in its figure); n > 0 times n calls back to back between two
+  // events per sample, so that host time hides under the kernels before it, as bench/peers.py
+  // --timing queued times the peers the table compares with.
+  int queue = 0;
 };
 
 // One row of the table. The rate column is flops/time when `flops` > 0, else bytes/time when
