@@ -37,9 +37,11 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// Median milliseconds of launch() on `stream`, each call between two events, until min_time
-// seconds (at least 5 calls, at most 200) have been timed.
-double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time) {
+// Median milliseconds per call of launch() on `stream`, each sample `calls` calls between two
+// events (divided by calls), until min_time seconds (at least 5 samples, at most 200) have been
+// timed.
+double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time, int calls) {
+  if (calls < 1) throw std::invalid_argument("median_event_ms: calls >= 1 expected, got " + std::to_string(calls));
   const bool show_samples = print_samples();
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "cudaEventCreate");
@@ -48,19 +50,19 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
   double total = 0;
   while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
     check(cudaEventRecord(a, stream), "cudaEventRecord");
-    launch();
+    for (int i = 0; i < calls; ++i) launch();
     check(cudaEventRecord(b, stream), "cudaEventRecord");
     check(cudaEventSynchronize(b), "timed run");
     float t = 0;
     check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    ms.push_back(t);
+    ms.push_back(t / calls);
     total += t;
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   // Every sample in the order taken (drift within a case: clocks, power).
   if (show_samples) {
-    std::fprintf(stderr, "samples (ms, in order):");
+    std::fprintf(stderr, "samples (ms per call, %d call%s each, in order):", calls, calls == 1 ? "" : "s");
     for (const double t : ms) std::fprintf(stderr, " %.4f", t);
     std::fprintf(stderr, "\n");
   }
@@ -77,35 +79,9 @@ double cuda_median_ms(const std::function<void()>& fn, double min_time) {
 }
 
 double cuda_queued_median_ms(const std::function<void()>& fn, double min_time, int depth) {
-  if (depth < 1) throw std::invalid_argument("cuda_queued_median_ms: depth >= 1 expected, got " + std::to_string(depth));
   for (int i = 0; i < 3; ++i) fn();
   check(cudaDeviceSynchronize(), "warm-up");
-  const bool show_samples = print_samples();
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  std::vector<double> ms;
-  double total = 0;
-  while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
-    check(cudaEventRecord(a, nullptr), "cudaEventRecord");
-    for (int i = 0; i < depth; ++i) fn();
-    check(cudaEventRecord(b, nullptr), "cudaEventRecord");
-    check(cudaEventSynchronize(b), "timed run");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    ms.push_back(t / depth);
-    total += t;
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  if (show_samples) {
-    std::fprintf(stderr, "samples (ms per call, %d calls each, in order):", depth);
-    for (const double t : ms) std::fprintf(stderr, " %.4f", t);
-    std::fprintf(stderr, "\n");
-  }
-  std::sort(ms.begin(), ms.end());
-  const std::size_t n = ms.size();
-  return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return median_event_ms(nullptr, fn, min_time, depth);
 }
 
 double dense_median_ms(const Context& ctx, const std::function<void()>& fn) {

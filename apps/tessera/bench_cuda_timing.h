@@ -20,10 +20,10 @@ namespace tessera::app::bench {
 // Throws std::runtime_error naming `what` when e is an error.
 void check(cudaError_t e, const char* what);
 
-// Median milliseconds of launch() on `stream`, each call between two events, until min_time
-// seconds (at least 5 calls, at most 200) have been timed. TESSERA_BENCH_SAMPLES=1 prints every
-// sample in order.
-double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time);
+// Median milliseconds per call of launch() on `stream`, each sample `calls` calls between two
+// events (divided by calls), until min_time seconds (at least 5 samples, at most 200) have been
+// timed. TESSERA_BENCH_SAMPLES=1 prints every sample in order.
+double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time, int calls = 1);
 
 // Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
 double cuda_median_ms(const std::function<void()>& fn, double min_time);
