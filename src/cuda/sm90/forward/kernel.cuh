@@ -187,6 +187,11 @@ __global__ void __launch_bounds__(
         if constexpr (kSplit) w1 = ld_shared_v4_u32(tile_slot(r % kSlots) + 16u);
         mbarrier_arrive(tile_empty(r % kSlots));
       }
+      // The warp reconverges here before the shuffles. Without it ptxas could not prove them
+      // converged. It then guarded every later shuffle with a BRA.DIV check and gave up the
+      // consumers' uniform registers: the masked d64 origin lost 2-4 % that way (twenty-sixth
+      // session; forward_sm90.md, twenty-seventh session). scripts/sass_uniform.py checks it.
+      __syncwarp();
       auto from_lane0 = [](unsigned v) { return static_cast<int>(__shfl_sync(0xffffffffu, v, 0)); };
       o.m0 = from_lane0(w0.y);
       o.head = from_lane0(w0.z);

@@ -204,12 +204,13 @@ struct FwdTraits {
   // vector: their consumers then skip the origin's divisions at every tile's start (kernel.cuh).
   // Also the short unmasked head_dim 128 instance (128-key tiles: calls up to 2048 keys), whose
   // slot adds a split tile's part (its launch may split the last round's tiles): 32 bytes.
-  // Masked head_dim 64 publishes the index only: with the origin it measured 2-4 % slower at
-  // 512-1024 keys (bench/RESULTS.md, twenty-sixth session). In the rest the origin's values kept
-  // from the slot spilled (nvcc 13.0).
+  // Masked head_dim 64 too: it measured 2-4 % slower at 512-1024 keys with the origin
+  // (twenty-sixth session) because ptxas then gave up the consumers' uniform registers, which the
+  // __syncwarp in kernel.cuh's read_tile keeps (forward_sm90.md, twenty-seventh session). In the
+  // rest the origin's values kept from the slot spilled (nvcc 13.0).
   static constexpr bool kOriginInSlot =
       !kFp8 && kConsumerWarpgroups == 2 &&
-      (kMasked_ ? kHeadDim == 128 : kHeadDim <= 128 && !kTailRows_ && kBlockN_ == 128);
+      (kMasked_ ? kHeadDim <= 128 : kHeadDim <= 128 && !kTailRows_ && kBlockN_ == 128);
   static constexpr int kTileSlotBytes = !kOriginInSlot ? 4 : kMasked_ ? 16 : 32;
   static constexpr int kTileSlotAlign = kOriginInSlot ? 16 : 4;  // 16-byte vectors
   static constexpr int kStageBarriers = (kFp8 ? 6 : 4) * kStages + 2 * kTileSlots;
