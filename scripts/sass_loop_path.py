@@ -4,8 +4,8 @@
 The d64 forward's softmax is bound by issue and latency (twenty-eighth session: every
 instruction moved onto its path cost time, MUFU's throughput did not), so a change to the
 forward's K/V loop should show its count before it takes device time. The K/V loop is the
-shortest loop (a backward branch and the code it jumps back over) that holds at least one HGMMA
-and --min-mufu MUFU.EX2. Its steady path is walked from the loop's head to that branch: every
+shortest loop (a backward branch and the code it jumps back over) that holds at least one
+warpgroup MMA (HGMMA; QGMMA for fp8) and --min-mufu MUFU.EX2. Its steady path is walked from the loop's head to that branch: every
 conditional forward branch that stays inside the loop is taken (they skip the optional blocks:
 the soft cap, the mask, the O rescale when the lazy vote says no, the retry of a barrier wait
 that succeeded), a conditional branch out of the loop or backwards is not (a wait's retry, an
@@ -47,6 +47,11 @@ def opcode(text):
     return re.sub(r"^@!?U?P[T\d]+\s+", "", text).split()[0]
 
 
+def is_wgmma(op):
+    """HGMMA (16-bit), QGMMA (fp8), IGMMA (int8): the warpgroup MMAs."""
+    return op.split(".")[0] in ("HGMMA", "QGMMA", "IGMMA")
+
+
 def branch_target(text):
     """(target, conditional) of a BRA (not BRA.DIV), else None."""
     m = BRANCH.match(text)
@@ -56,7 +61,7 @@ def branch_target(text):
 
 
 def kv_loop(ins, min_mufu):
-    """(first index, index of the back branch) of the shortest loop with an HGMMA and min_mufu
+    """(first index, index of the back branch) of the shortest loop with a warpgroup MMA and min_mufu
     MUFU.EX2, or None."""
     index = {a: i for i, (a, _) in enumerate(ins)}
     best = None
@@ -66,7 +71,7 @@ def kv_loop(ins, min_mufu):
             continue
         j = index[b[0]]
         body = [opcode(t) for _, t in ins[j:i + 1]]
-        if any(o.startswith("HGMMA") for o in body) and body.count("MUFU.EX2") >= min_mufu:
+        if any(is_wgmma(o) for o in body) and body.count("MUFU.EX2") >= min_mufu:
             if best is None or i - j < best[1] - best[0]:
                 best = (j, i)
     return best
@@ -98,7 +103,7 @@ def steady_path(ins, loop):
 
 def summary(path):
     c = collections.Counter(path)
-    return {"n": len(path), "mufu": c["MUFU.EX2"], "hgmma": sum(v for k, v in c.items() if k.startswith("HGMMA")),
+    return {"n": len(path), "mufu": c["MUFU.EX2"], "gmma": sum(v for k, v in c.items() if is_wgmma(k)),
             "uniform": sum(v for k, v in c.items() if k.startswith("U")),
             "branches": sum(v for k, v in c.items() if k.startswith("BRA"))}
 
@@ -119,12 +124,12 @@ def report(texts, names, kernel_regex=None, min_mufu=32):
             if ins is None:
                 row.append(f"  {name}: not in this build")
             elif loop is None:
-                row.append(f"  {name}: no loop with an HGMMA and {min_mufu} MUFU.EX2")
+                row.append(f"  {name}: no loop with a warpgroup MMA and {min_mufu} MUFU.EX2")
             elif path is None:
                 row.append(f"  {name}: the walk did not reach the back branch")
             else:
                 s = summary(path)
-                row.append(f"  {name}: path {s['n']} (MUFU.EX2 {s['mufu']}, HGMMA {s['hgmma']}, U* {s['uniform']}, "
+                row.append(f"  {name}: path {s['n']} (MUFU.EX2 {s['mufu']}, GMMA {s['gmma']}, U* {s['uniform']}, "
                            f"BRA {s['branches']}); loop body {loop[1] - loop[0] + 1}")
         if found:  # kernels without a K/V loop in any build (a merge kernel) are left out
             lines.append(func)

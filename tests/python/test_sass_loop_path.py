@@ -45,7 +45,7 @@ def test_steady_path_of_the_kv_loop():
     lines = sass_loop_path.report([listing("_Z1kv", KERNEL)], ["A"], min_mufu=2)
     assert lines[0] == "_Z1kv"
     # path: 0x10 0x20 0x30 0x40 0x50 -> 0x80 0x90 0xa0 0xb0 0xc0 = 10 instructions
-    assert "path 10 (MUFU.EX2 2, HGMMA 1, U* 1, BRA 4); loop body 12" in lines[1], lines
+    assert "path 10 (MUFU.EX2 2, GMMA 1, U* 1, BRA 4); loop body 12" in lines[1], lines
 
 
 def test_two_builds_and_a_kernel_without_the_loop():
@@ -57,6 +57,9 @@ def test_two_builds_and_a_kernel_without_the_loop():
     assert lines[0] == "_Z1kv"
     assert "A: path 10 " in lines[1] and "B: path 12 " in lines[2], lines
     assert not any("_Z4nonev" in line for line in lines)
+    # fp8's QGMMA counts as the warpgroup MMA
+    fp8 = [t.replace("HGMMA.64x128x16.F32.BF16", "QGMMA.64x128x32.F32.E4M3.E4M3") for t in KERNEL]
+    assert "path 10 (MUFU.EX2 2, GMMA 1," in sass_loop_path.report([listing("_Z2f8", fp8)], ["A"], min_mufu=2)[1]
     # too few MUFU for the loop to count as the K/V loop
     assert sass_loop_path.report([listing("_Z1kv", KERNEL)], ["A"], min_mufu=5) == []
 
