@@ -20,31 +20,11 @@ HGMMA, uniform-datapath (U*) and branch counts. Exit status 2 on bad arguments, 
 import argparse
 import collections
 import re
-import subprocess
 import sys
 
-FUNCTION = re.compile(r"Function : (\S+)")
-INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+from sass_text import functions, opcode, read_sass
+
 BRANCH = re.compile(r"^(@!?U?P[T\d]+\s+)?BRA(\.U|\.DIV)?\b[^;]*?(0x[0-9a-f]+)\s*$")
-
-
-def functions(sass_text):
-    """{function: [(address, text)]} of a cuobjdump -sass listing."""
-    out, func = {}, None
-    for line in sass_text.splitlines():
-        m = FUNCTION.search(line)
-        if m:
-            func = m.group(1)
-            out[func] = []
-            continue
-        m = INSTRUCTION.match(line)
-        if m and func is not None:
-            out[func].append((int(m.group(1), 16), m.group(2)))
-    return out
-
-
-def opcode(text):
-    return re.sub(r"^@!?U?P[T\d]+\s+", "", text).split()[0]
 
 
 def is_wgmma(op):
@@ -135,16 +115,6 @@ def report(texts, names, kernel_regex=None, min_mufu=32):
             lines.append(func)
             lines.extend(row)
     return lines
-
-
-def read_sass(path, cuobjdump):
-    if cuobjdump is None:
-        with open(path) as f:
-            return f.read()
-    r = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{cuobjdump} -sass {path} failed: {r.stderr.strip()}")
-    return r.stdout
 
 
 def main(argv=None):

@@ -19,38 +19,29 @@ more than 4), more R2UR (by more than 10 %) or any new BRA.DIV. Exit status 1 if
 flagged, 0 otherwise, 2 on bad arguments."""
 import argparse
 import re
-import subprocess
 import sys
 
-FUNCTION = re.compile(r"Function : (\S+)")
-INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+from sass_text import functions, opcode, read_sass
+
 UNIFORM = re.compile(r"\bUR(\d+)\b")
 
 
 def kernel_metrics(sass_text):
     """{function: {"n", "max_ur", "r2ur", "bra_div", "warpsync"}} of a cuobjdump -sass listing."""
-    out, func = {}, None
-    for line in sass_text.splitlines():
-        m = FUNCTION.search(line)
-        if m:
-            func = m.group(1)
-            out[func] = {"n": 0, "max_ur": -1, "r2ur": 0, "bra_div": 0, "warpsync": 0}
-            continue
-        m = INSTRUCTION.match(line)
-        if not m or func is None:
-            continue
-        text = m.group(1)
-        k = out[func]
-        k["n"] += 1
-        for u in UNIFORM.findall(text):
-            k["max_ur"] = max(k["max_ur"], int(u))
-        op = re.sub(r"^@!?U?P[T\d]+\s+", "", text).split()[0]
-        if op == "R2UR" or op.startswith("R2UR."):
-            k["r2ur"] += 1
-        if op.startswith("BRA") and ".DIV" in op:
-            k["bra_div"] += 1
-        if op.startswith("WARPSYNC"):
-            k["warpsync"] += 1
+    out = {}
+    for func, instructions in functions(sass_text).items():
+        k = out[func] = {"n": 0, "max_ur": -1, "r2ur": 0, "bra_div": 0, "warpsync": 0}
+        for _, text in instructions:
+            k["n"] += 1
+            for u in UNIFORM.findall(text):
+                k["max_ur"] = max(k["max_ur"], int(u))
+            op = opcode(text)
+            if op == "R2UR" or op.startswith("R2UR."):
+                k["r2ur"] += 1
+            if op.startswith("BRA") and ".DIV" in op:
+                k["bra_div"] += 1
+            if op.startswith("WARPSYNC"):
+                k["warpsync"] += 1
     return out
 
 
@@ -84,16 +75,6 @@ def compare(base_text, new_text, kernel_regex=None):
     if only:
         lines.append(f"in one build only ({len(only)}): " + ", ".join(only[:5]) + (" ..." if len(only) > 5 else ""))
     return lines, flagged
-
-
-def read_sass(path, cuobjdump):
-    if cuobjdump is None:
-        with open(path) as f:
-            return f.read()
-    r = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{cuobjdump} -sass {path} failed: {r.stderr.strip()}")
-    return r.stdout
 
 
 def main(argv=None):
