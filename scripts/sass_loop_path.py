@@ -22,7 +22,7 @@ import collections
 import re
 import sys
 
-from sass_text import functions, opcode, read_sass
+from sass_text import check_kernel_regex, functions, opcode, read_sass
 
 BRANCH = re.compile(r"^(@!?U?P[T\d]+\s+)?BRA(\.U|\.DIV)?\b[^;]*?(0x[0-9a-f]+)\s*$")
 
@@ -126,11 +126,7 @@ def main(argv=None):
                     help="MUFU.EX2 a loop must hold to be the K/V loop (default 32: one softmax of a "
                          "64-key tile's share)")
     args = ap.parse_args(argv)
-    if args.kernel:
-        try:
-            re.compile(args.kernel)
-        except re.error as e:
-            ap.error(f"--kernel: a regular expression expected, got '{args.kernel}' ({e})")
+    check_kernel_regex(ap, args.kernel)
     if args.min_mufu < 0:
         ap.error(f"--min-mufu: a count >= 0 expected, got {args.min_mufu}")
     texts = [read_sass(p, args.cuobjdump) for p in args.builds]

@@ -36,3 +36,13 @@ def read_sass(path, cuobjdump=None):
     if r.returncode != 0:
         raise SystemExit(f"{cuobjdump} -sass {path} failed: {r.stderr.strip()}")
     return r.stdout
+
+
+def check_kernel_regex(parser, value):
+    """--kernel's value, checked: a parser error naming the option unless it compiles."""
+    if value:
+        try:
+            re.compile(value)
+        except re.error as e:
+            parser.error(f"--kernel: a regular expression expected, got '{value}' ({e})")
+    return value

@@ -21,7 +21,7 @@ import argparse
 import re
 import sys
 
-from sass_text import functions, opcode, read_sass
+from sass_text import check_kernel_regex, functions, opcode, read_sass
 
 UNIFORM = re.compile(r"\bUR(\d+)\b")
 
@@ -84,11 +84,7 @@ def main(argv=None):
     ap.add_argument("--cuobjdump", help="path of cuobjdump: the two files are objects to disassemble")
     ap.add_argument("--kernel", help="only functions whose mangled name matches this regex")
     args = ap.parse_args(argv)
-    if args.kernel:
-        try:
-            re.compile(args.kernel)
-        except re.error as e:
-            ap.error(f"--kernel: a regular expression expected, got '{args.kernel}' ({e})")
+    check_kernel_regex(ap, args.kernel)
     lines, flagged = compare(read_sass(args.base, args.cuobjdump), read_sass(args.new, args.cuobjdump), args.kernel)
     print("\n".join(lines) if lines else "no kernel in both builds")
     return 1 if flagged else 0
