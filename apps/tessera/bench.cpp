@@ -110,6 +110,13 @@ int run_bench(int argc, char** argv) {
   if (timing != "eager" && timing != "queued")
     throw UsageError("--timing: expected eager or queued, got '" + timing + "'");
   if (queue < 1) throw UsageError("--queue: expected a whole number >= 1, got " + std::to_string(queue));
+  // --queue sizes the queued samples; under eager timing it would be silently ignored.
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (timing == "eager" && (a == "--queue" || a.rfind("--queue=", 0) == 0))
+      throw UsageError("--queue: expected only with --timing queued, got --queue " + std::to_string(queue) +
+                       " with --timing eager");
+  }
   ctx.queue = timing == "queued" ? queue : 0;
 
   if (list) {
