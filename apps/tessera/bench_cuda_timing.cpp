@@ -71,21 +71,16 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
   return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
 }
 
-// Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
-double cuda_median_ms(const std::function<void()>& fn, double min_time) {
+// Median milliseconds per call of fn on the default stream, timed with events after 3 warm-up
+// calls, `calls` calls per sample.
+double cuda_median_ms(const std::function<void()>& fn, double min_time, int calls) {
   for (int i = 0; i < 3; ++i) fn();
   check(cudaDeviceSynchronize(), "warm-up");
-  return median_event_ms(nullptr, fn, min_time);
-}
-
-double cuda_queued_median_ms(const std::function<void()>& fn, double min_time, int depth) {
-  for (int i = 0; i < 3; ++i) fn();
-  check(cudaDeviceSynchronize(), "warm-up");
-  return median_event_ms(nullptr, fn, min_time, depth);
+  return median_event_ms(nullptr, fn, min_time, calls);
 }
 
 double dense_median_ms(const Context& ctx, const std::function<void()>& fn) {
-  return ctx.queue > 0 ? cuda_queued_median_ms(fn, ctx.min_time, ctx.queue) : cuda_median_ms(fn, ctx.min_time);
+  return cuda_median_ms(fn, ctx.min_time, ctx.queue > 0 ? ctx.queue : 1);
 }
 
 // Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues (captured

@@ -25,17 +25,14 @@ void check(cudaError_t e, const char* what);
 // timed. TESSERA_BENCH_SAMPLES=1 prints every sample in order.
 double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time, int calls = 1);
 
-// Median milliseconds of fn on the default stream, timed with events after 3 warm-up calls.
-double cuda_median_ms(const std::function<void()>& fn, double min_time);
-
 // Median milliseconds per call of fn on the default stream after 3 warm-up calls, each sample
-// `depth` calls back to back between two events (divided by depth), until min_time seconds (at
-// least 5 samples, at most 200): a call's host time hides under the GPU time of the calls
-// queued before it wherever it is the shorter (bench/peers.py's time_samples_queued).
-double cuda_queued_median_ms(const std::function<void()>& fn, double min_time, int depth);
+// `calls` calls back to back between two events (divided by calls). With calls > 1 a call's host
+// time hides under the GPU time of the calls queued before it wherever it is the shorter
+// (bench/peers.py's time_samples_queued); with 1 it lands in the figure.
+double cuda_median_ms(const std::function<void()>& fn, double min_time, int calls = 1);
 
-// A dense attention row's time: cuda_queued_median_ms with ctx.queue calls per sample when
-// ctx.queue > 0 (--timing queued), else cuda_median_ms.
+// A dense attention row's time: cuda_median_ms with ctx.queue calls per sample when ctx.queue > 0
+// (--timing queued), else one.
 double dense_median_ms(const Context& ctx, const std::function<void()>& fn);
 
 // Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues.
