@@ -86,7 +86,13 @@ TileOps(F...) -> TileOps<F...>;
 struct NoStep {
   __device__ void operator()() const {}
 };
-template <int S, bool kSerialGemms, bool kTurnsAtEnds = true, class Ops, int kS, int kO, class AfterFirstQk = NoStep>
+// kCarryRing: the ring's stage and phase carried through the loop (a step, a compare and two
+// selects per tile) rather than derived from the position each tile. The forward's K/V loop
+// path is 6 instructions shorter at d64 with it (scripts/sass_loop_path.py); the sm90 batch
+// prefill gave up uniform registers with it (R2UR 27 -> 60 at d128, path 442 -> 481), so it
+// derives them.
+template <int S, bool kSerialGemms, bool kTurnsAtEnds = true, bool kCarryRing = false, class Ops, int kS, int kO,
+          class AfterFirstQk = NoStep>
 __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, float (&s)[kS], float (&o)[kO],
                                              AfterFirstQk after_first_qk = {}) {
   mbarrier_wait_parity(op.k_full(ring_stage<S>(it)), ring_phase<S>(it));
@@ -99,17 +105,24 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, floa
   op.release_k(ring_stage<S>(it));
   op.weights(0);  // O is still zero: no rescale
   op.pack();
-  // The ring's stage and phase carried through the loop (a step, a compare and two selects per
-  // tile) rather than derived from `it` each tile (~18 instructions at d64, twenty-eighth
-  // session); `it` itself is only advanced at the end.
   int stage = ring_stage<S>(it);
   std::uint32_t phase = ring_phase<S>(it);
   for (int i = 1; i < n_tiles; ++i) {
-    const int prev = stage;
-    const std::uint32_t prev_phase = phase;
-    const bool wraps = stage == S - 1;
-    stage = wraps ? 0 : stage + 1;
-    phase = wraps ? phase ^ 1u : phase;
+    int prev;
+    std::uint32_t prev_phase;
+    if constexpr (kCarryRing) {
+      prev = stage;
+      prev_phase = phase;
+      const bool wraps = stage == S - 1;
+      stage = wraps ? 0 : stage + 1;
+      phase = wraps ? phase ^ 1u : phase;
+    } else {
+      prev = ring_stage<S>(it);
+      prev_phase = ring_phase<S>(it);
+      ++it;
+      stage = ring_stage<S>(it);
+      phase = ring_phase<S>(it);
+    }
     mbarrier_wait_parity(op.k_full(stage), phase);
     mbarrier_wait_parity(op.pv_full(prev), prev_phase);
     if constexpr (kSerialGemms) {
@@ -143,7 +156,7 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, floa
     op.rescale();
     op.pack();
   }
-  it += n_tiles - 1;
+  if constexpr (kCarryRing) it += n_tiles - 1;  // (n_tiles > 0)
   const int last = ring_stage<S>(it);
   mbarrier_wait_parity(op.pv_full(last), ring_phase<S>(it));
   if constexpr (kTurnsAtEnds) op.take_turn();
@@ -181,7 +194,8 @@ __device__ __forceinline__ void run_kv_share(int n_tiles, int first, int stride,
   };
   for (int i = first; i < n_tiles; i += stride) {
     skip_to(it + i);
-    const int stage = ring_stage<S>(pos), phase = ring_phase<S>(pos);
+    const int stage = ring_stage<S>(pos);
+    const std::uint32_t phase = ring_phase<S>(pos);
     mbarrier_wait_parity(op.k_full(stage), phase);
     op.issue_qk(stage);
     wgmma_wait<0>();

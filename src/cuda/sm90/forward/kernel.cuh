@@ -612,7 +612,7 @@ __global__ void __launch_bounds__(
         run_kv_share<S>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
       } else {
         // The tile's first Q K^T and last P V without a turn (kv_tile_schedule.cuh).
-        run_kv_tiles<S, Tr::kSerialGemms, false>(tc.n_tiles, it, ops, s_flat, o_flat, release_pending_q);
+        run_kv_tiles<S, Tr::kSerialGemms, false, true>(tc.n_tiles, it, ops, s_flat, o_flat, release_pending_q);
       }
     }
     if constexpr (kTailRows) {
