@@ -139,7 +139,10 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
     // The rise as a difference (m + lazy_log2 would round at large m and let a rise through):
     // an empty row's first visible key rises by +inf, a tile with no visible key by -inf or NaN
     // (-inf - -inf), which compares false.
-    const bool rises = (vote0 && tile_max[0] - rows[0].m > lazy_log2) || (vote1 && tile_max[1] - rows[1].m > lazy_log2);
+    // Bitwise & and |, not && and ||: four compares and a PLOP3 without the branches (and their
+    // BSSY / BSYNC) that short-circuit evaluation compiles to. The same truth value.
+    const bool rise0 = tile_max[0] - rows[0].m > lazy_log2, rise1 = tile_max[1] - rows[1].m > lazy_log2;
+    const bool rises = (vote0 & rise0) | (vote1 & rise1);
     rescale = __any_sync(0xffffffffu, rises);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -253,8 +253,8 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
       // async proxy before their WGMMAs read them (take_turn). A unit's first K tile is issued
       // before its Q, whose buffer frees only when the previous unit's last P V is done.
       for (int i = 0; i < un.n_tiles; ++i, ++it) {
-        const int stage = it % S;
-        const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
+        const int stage = ring_stage<S>(it);
+        const std::uint32_t parity = ring_phase<S>(it) ^ 1;  // round 0 passes at once
         const int key0 = (un.t0 + i) * BN;
         // The lane's own row: the addresses of its K and V rows, bit 0 set for a key of the item
         // (rows are 16-byte aligned), else the tensors' bases (zero-filled, nothing read). One

@@ -16,6 +16,19 @@
 
 namespace tessera::cuda::sm90 {
 
+// Ring position (K/V tiles through the ring so far, never negative) -> its stage and the phase
+// of that stage's barriers. Taken as unsigned, the modulo and the division by a power-of-two
+// stage count are a mask and a shift; on int, nvcc adds the round-toward-zero fix-ups (SHF,
+// LEA.HI, LOP3 for each: ~10 instructions per K/V tile in the forward's loop at d64).
+template <int S>
+__device__ __forceinline__ int ring_stage(int pos) {
+  return static_cast<int>(static_cast<unsigned>(pos) % static_cast<unsigned>(S));
+}
+template <int S>
+__device__ __forceinline__ std::uint32_t ring_phase(int pos) {
+  return (static_cast<unsigned>(pos) / static_cast<unsigned>(S)) & 1u;
+}
+
 // Pins the softmax of a K/V tile above the wait for the previous tile's P V product. Without it
 // ptxas hoists that wgmma.wait_group 0 (WARPGROUP.DEPBAR) to the top of the softmax's basic
 // block, before the row max, so the warpgroup waited for its P V before any of its softmax ran
@@ -73,25 +86,45 @@ TileOps(F...) -> TileOps<F...>;
 struct NoStep {
   __device__ void operator()() const {}
 };
-template <int S, bool kSerialGemms, bool kTurnsAtEnds = true, class Ops, int kS, int kO, class AfterFirstQk = NoStep>
+// kCarryRing: the ring's stage and phase carried through the loop (a step, a compare and two
+// selects per tile) rather than derived from the position each tile. The forward's K/V loop
+// path is 6 instructions shorter at d64 with it (scripts/sass_loop_path.py); the sm90 batch
+// prefill gave up uniform registers with it (R2UR 27 -> 60 at d128, path 442 -> 481), so it
+// derives them.
+template <int S, bool kSerialGemms, bool kTurnsAtEnds = true, bool kCarryRing = false, class Ops, int kS, int kO,
+          class AfterFirstQk = NoStep>
 __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, float (&s)[kS], float (&o)[kO],
                                              AfterFirstQk after_first_qk = {}) {
-  mbarrier_wait_parity(op.k_full(it % S), (it / S) & 1);
+  mbarrier_wait_parity(op.k_full(ring_stage<S>(it)), ring_phase<S>(it));
   if constexpr (kTurnsAtEnds) op.take_turn();
-  op.issue_qk(it % S);
+  op.issue_qk(ring_stage<S>(it));
   if constexpr (kTurnsAtEnds) op.pass_turn();
   after_first_qk();
   wgmma_wait<0>();
   wgmma_fence_operand(s);
-  op.release_k(it % S);
+  op.release_k(ring_stage<S>(it));
   op.weights(0);  // O is still zero: no rescale
   op.pack();
+  int stage = ring_stage<S>(it);
+  std::uint32_t phase = ring_phase<S>(it);
   for (int i = 1; i < n_tiles; ++i) {
-    const int prev = it % S;
-    ++it;
-    const int stage = it % S;
-    mbarrier_wait_parity(op.k_full(stage), (it / S) & 1);
-    mbarrier_wait_parity(op.pv_full(prev), ((it - 1) / S) & 1);
+    int prev;
+    std::uint32_t prev_phase;
+    if constexpr (kCarryRing) {
+      prev = stage;
+      prev_phase = phase;
+      const bool wraps = stage == S - 1;
+      stage = wraps ? 0 : stage + 1;
+      phase = wraps ? phase ^ 1u : phase;
+    } else {
+      prev = ring_stage<S>(it);
+      prev_phase = ring_phase<S>(it);
+      ++it;
+      stage = ring_stage<S>(it);
+      phase = ring_phase<S>(it);
+    }
+    mbarrier_wait_parity(op.k_full(stage), phase);
+    mbarrier_wait_parity(op.pv_full(prev), prev_phase);
     if constexpr (kSerialGemms) {
       // P_{i-1} V_{i-1} completes before S_i is issued: at most O + P or S are in flight at
       // once, not O + P + S.
@@ -123,8 +156,9 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, floa
     op.rescale();
     op.pack();
   }
-  const int last = it % S;
-  mbarrier_wait_parity(op.pv_full(last), (it / S) & 1);
+  if constexpr (kCarryRing) it += n_tiles - 1;  // (n_tiles > 0)
+  const int last = ring_stage<S>(it);
+  mbarrier_wait_parity(op.pv_full(last), ring_phase<S>(it));
   if constexpr (kTurnsAtEnds) op.take_turn();
   op.issue_pv(last);
   if constexpr (kTurnsAtEnds) op.pass_turn();
@@ -152,15 +186,16 @@ __device__ __forceinline__ void run_kv_share(int n_tiles, int first, int stride,
   int pos = it;  // the next ring position this warpgroup has not given back
   auto skip_to = [&](int target) {  // tiles of the other warpgroups' shares
     for (; pos < target; ++pos) {
-      mbarrier_wait_parity(op.k_full(pos % S), (pos / S) & 1);
-      op.release_k(pos % S);
-      mbarrier_wait_parity(op.pv_full(pos % S), (pos / S) & 1);
-      op.release_v(pos % S);
+      mbarrier_wait_parity(op.k_full(ring_stage<S>(pos)), ring_phase<S>(pos));
+      op.release_k(ring_stage<S>(pos));
+      mbarrier_wait_parity(op.pv_full(ring_stage<S>(pos)), ring_phase<S>(pos));
+      op.release_v(ring_stage<S>(pos));
     }
   };
   for (int i = first; i < n_tiles; i += stride) {
     skip_to(it + i);
-    const int stage = pos % S, phase = (pos / S) & 1;
+    const int stage = ring_stage<S>(pos);
+    const std::uint32_t phase = ring_phase<S>(pos);
     mbarrier_wait_parity(op.k_full(stage), phase);
     op.issue_qk(stage);
     wgmma_wait<0>();

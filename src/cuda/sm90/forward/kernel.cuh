@@ -328,8 +328,8 @@ __global__ void __launch_bounds__(
           ++q_round;
         };
         auto load_k = [&](int i) {
-          const int stage = it % S;
-          mbarrier_wait_parity(k_empty(stage), ((it / S) & 1) ^ 1);  // round 0 passes at once
+          const int stage = ring_stage<S>(it);
+          mbarrier_wait_parity(k_empty(stage), ring_phase<S>(it) ^ 1);  // round 0 passes at once
           mbarrier_arrive_expect_tx(k_full(stage), Tr::kKVTileBytes);
 #pragma unroll
           for (int p = 0; p < Tr::kPanels; ++p)
@@ -340,8 +340,8 @@ __global__ void __launch_bounds__(
         if (n_tiles > 0) load_k(0);
         load_q();
         for (int i = 0; i < n_tiles; ++i, ++it) {
-          const int stage = it % S;
-          const std::uint32_t parity = ((it / S) & 1) ^ 1;  // round 0 passes at once
+          const int stage = ring_stage<S>(it);
+          const std::uint32_t parity = ring_phase<S>(it) ^ 1;  // round 0 passes at once
           const int row = k_row + i * BN;
           if (i > 0) load_k(i);
           if constexpr (kFp8) {
@@ -373,8 +373,8 @@ __global__ void __launch_bounds__(
           if (a.vt_global) continue;  // the producer loads V^T: only the tile ring to keep up with
           const TileCoords tc = coords_of(tile, o);
           for (int i = 0; i < tc.n_tiles; ++i, ++it) {
-            const int stage = it % S;
-            const std::uint32_t parity = (it / S) & 1;
+            const int stage = ring_stage<S>(it);
+            const std::uint32_t parity = ring_phase<S>(it);
             mbarrier_wait_parity(v_full(stage), parity);
             mbarrier_wait_parity(vt_empty(stage), parity ^ 1);
             transpose_v_tile<Tr>(sV(stage), base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes),
@@ -612,7 +612,7 @@ __global__ void __launch_bounds__(
         run_kv_share<S>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
       } else {
         // The tile's first Q K^T and last P V without a turn (kv_tile_schedule.cuh).
-        run_kv_tiles<S, Tr::kSerialGemms, false>(tc.n_tiles, it, ops, s_flat, o_flat, release_pending_q);
+        run_kv_tiles<S, Tr::kSerialGemms, false, true>(tc.n_tiles, it, ops, s_flat, o_flat, release_pending_q);
       }
     }
     if constexpr (kTailRows) {
