@@ -256,10 +256,35 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const T* vg_ptr = static_cast<const T*>(p.v);
   const T* dog_ptr = static_cast<const T*>(p.dout);
 
-  // Issues the loads of work item `item` (query head, query tile) into stage `st`.
-  auto load_item = [&](int item, int st) {
-    const int h = h0 + item / n_tiles;
-    const int q0 = (it0 + item % n_tiles) * Br;
+  // Work items run head-major: item = (h - h0) n_tiles + (it - it0). Their coordinates are
+  // carried through the loop (cur_h, cur_it: the current item's) and stepped, where the
+  // division by n_tiles cost nvcc's reciprocal chain (I2F, MUFU.RCP, F2I and ~25 more
+  // instructions) at the top of every step. by = 0, 1 or 2 items ahead (a step's prefetch): at
+  // most `by` wraps, since n_tiles >= 1.
+  //
+  // Where the skew (below) runs: head_dim 128's two-stage layouts in sm_90 builds, what the
+  // H200 runs. Head_dim 64 (two CTAs an SM at 128 registers) spilled 72 B with it (26 B
+  // without), the compact layout 1 8 B: they keep the division.
+  constexpr bool kCarryCoords = MR > 1 && Stages == 2 && !kSm80D128;
+  int cur_h = h0, cur_it = it0;
+  auto coords_ahead = [&](int item, int by, int& h, int& it) {  // item + by's coordinates
+    if constexpr (kCarryCoords) {
+      h = cur_h;
+      it = cur_it + by;
+#pragma unroll
+      for (int wrap = 0; wrap < 2; ++wrap)  // by <= 2
+        if (wrap < by && it >= it0 + n_tiles) {
+          it -= n_tiles;
+          ++h;
+        }
+    } else {
+      h = h0 + (item + by) / n_tiles;
+      it = it0 + (item + by) % n_tiles;
+    }
+  };
+  // Issues the loads of work item (query head h, query tile it) into stage `st`.
+  auto load_item = [&](int h, int it, int st) {
+    const int q0 = it * Br;
     const int valid = q_len - q0;
     const std::int64_t qoff = b * p.q_batch + (q_row0 + q0) * p.q_row + h * p.q_head;
     const std::int64_t dooff = b * p.do_batch + (q_row0 + q0) * p.do_row + h * p.do_head;
@@ -299,10 +324,12 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     const std::int64_t voff = b * p.v_batch + (k_row0 + kv0) * p.v_row + hkv * p.v_head;
     load_tile<Bc, D, kThreads>(sK, kg_ptr, koff, p.k_row, kv1 - kv0, tid);
     load_tile<Bc, D, kThreads>(sV, vg_ptr, voff, p.v_row, kv1 - kv0, tid);
-    load_item(0, 0);
+    load_item(cur_h, cur_it, 0);
     cp_async_commit();
     if (Stages == 2 && n_items > 1) {
-      load_item(1, 1);
+      int h_next, it_next;
+      coords_ahead(0, 1, h_next, it_next);
+      load_item(h_next, it_next, 1);
       cp_async_commit();
     }
   }
@@ -323,8 +350,8 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
 
   for (int item = 0; item < n_items; ++item) {
     const int st = Stages == 2 ? (item & 1) : 0;
-    const int h = h0 + item / n_tiles;
-    const int it = it0 + item % n_tiles;
+    int h, it;
+    coords_ahead(item, 0, h, it);
     const int q0 = it * Br;
     if constexpr (Stages == 2) {
       // One barrier per step: step i+1's tiles are waited for and published by barrier B(i)
@@ -562,8 +589,9 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       // stage's block, which front(i) does not write; its next writer, front(i+1), follows B(i).
       if constexpr (kSkew) {
         if (defer_dq && item > 0) {
-          const int ip = item - 1;
-          dq_phase(h0 + ip / n_tiles, it0 + ip % n_tiles, L::kOffDS + (st ^ 1) * L::kStage, [] {},
+          // The previous item: one tile back, or the last tile of the previous head.
+          const bool wraps = it == it0;
+          dq_phase(wraps ? h - 1 : h, wraps ? it0 + n_tiles - 1 : it - 1, L::kOffDS + (st ^ 1) * L::kStage, [] {},
                    std::false_type{});
         }
       }
@@ -674,11 +702,14 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     // written by step i+2, after B(i+1), which no warp passes before finishing this dQ.
     __syncthreads();
     auto prefetch = [&] {
+      int hn, itn;
       if (Stages == 2 && item + 2 < n_items) {
-        load_item(item + 2, st);  // into the stage this step has finished with
+        coords_ahead(item, 2, hn, itn);
+        load_item(hn, itn, st);  // into the stage this step has finished with
         cp_async_commit();
       } else if (Stages == 1 && item + 1 < n_items) {
-        load_item(item + 1, 0);
+        coords_ahead(item, 1, hn, itn);
+        load_item(hn, itn, 0);
         cp_async_commit();
       }
     };
@@ -697,6 +728,10 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       prefetch();  // its share of step i+2's tiles, at once: it is issued under the other half's dQ GEMM
     } else {
       dq_phase(h, it, ds_off, [&] { if constexpr (kPrefetchAfterDq) prefetch(); }, std::true_type{});
+    }
+    if (kCarryCoords && ++cur_it == it0 + n_tiles) {  // the next item's coordinates
+      cur_it = it0;
+      ++cur_h;
     }
   }
 
