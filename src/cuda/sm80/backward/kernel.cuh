@@ -263,8 +263,9 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   // most `by` wraps, since n_tiles >= 1.
   //
   // Where the skew (below) runs: head_dim 128's two-stage layouts in sm_90 builds, what the
-  // H200 runs. Head_dim 64 (two CTAs an SM at 128 registers) spilled 72 B with it (26 B
-  // without), the compact layout 1 8 B: they keep the division.
+  // H200 runs. Every other instance keeps the division: head_dim 64 (two CTAs an SM at 128
+  // registers) spilled 72 B with the carried form (26 B without), the compact layout 1 spilled
+  // 8 B; head_dim 256 and the sm_80 builds were not tried.
   constexpr bool kCarryCoords = MR > 1 && Stages == 2 && !kSm80D128;
   int cur_h = h0, cur_it = it0;
   auto coords_ahead = [&](int item, int by, int& h, int& it) {  // item + by's coordinates
@@ -344,7 +345,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   // sm_90 builds only: the sm_80 build spilled 8 B (bf16) with it, 16-24 B with the barrier-id
   // measure below; and no compute-capability-8.x device runs this layout (A100/A30 take the
   // compact layout 1, sm_86/89 layout 2: backward_variant), so sm_80 keeps the unskewed order.
-  constexpr bool kSkew = MR > 1 && Stages == 2 && !kSm80D128;
+  constexpr bool kSkew = kCarryCoords;  // its previous item's coordinates are the carried ones
   constexpr bool kDqPairs = L::kDqPairs;  // dq_accum column order (tiles.h)
   const bool defer_dq = kSkew && qg == 1 && p.locks == nullptr;
 
