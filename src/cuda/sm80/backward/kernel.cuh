@@ -39,6 +39,7 @@
 #include "cuda/sm80/backward/backward.h"
 #include "cuda/backward/cta_work.cuh"
 #include "cuda/backward/dq_turn.cuh"
+#include "cuda/backward/tile_copy.cuh"
 #include "cuda/sm80/backward/tiles.h"
 #include "math/mask.h"
 
@@ -51,21 +52,15 @@ __device__ __forceinline__ std::uint32_t swz(int r, int ch) {
 }
 
 
-// Copies `R` rows of W elements (rows past `valid` zero-filled) into a swizzled tile.
-template <int R, int W, int kThreads, typename T>
+// Copies `R` rows of W elements (rows past `valid` zero-filled) into a swizzled tile
+// (backward::copy_rows_async). kStepRows: stepped row pointers, which only the head_dim 128
+// two-stage layouts take (their per-step prefetch: loop 4085 -> 3910 instructions, bf16 sm_90
+// build); head_dim 64, 256 and the compact layout 1 spilled with it (68, 8-16 and 20 B).
+template <int R, int W, int kThreads, bool kStepRows = false, typename T>
 __device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, std::int64_t tile_off,
                                           std::int64_t row_stride, int valid, int tid) {
-  constexpr int kChunks = W / 8;
-  constexpr int kTotal = R * kChunks;
-  static_assert(kTotal % kThreads == 0, "whole rounds of 16-byte copies");
-#pragma unroll
-  for (int it = 0; it < kTotal / kThreads; ++it) {
-    const int c = tid + it * kThreads;
-    const int r = c / kChunks, ch = c % kChunks;
-    const bool ok = r < valid;
-    const T* src = ok ? base + tile_off + r * row_stride + ch * 8 : base;
-    cp_async_16_zfill(s_tile + swz<W>(r, ch), src, ok);
-  }
+  backward::copy_rows_async<R, W, kThreads, kStepRows>(
+      s_tile, [](int r, int ch) { return swz<W>(r, ch); }, base, tile_off, row_stride, valid, tid);
 }
 
 // Shared address of chunk c = cconst + x of a swizzled row (cconst even, known at compile
@@ -267,6 +262,8 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   // registers) spilled 72 B with the carried form (26 B without), the compact layout 1 spilled
   // 8 B; head_dim 256 and the sm_80 builds were not tried.
   constexpr bool kCarryCoords = MR > 1 && Stages == 2 && !kSm80D128;
+  // The prefetch's stepped row pointers (load_tile) pay off and fit in the same instances.
+  constexpr bool kStepRows = kCarryCoords;
   int cur_h = h0, cur_it = it0;
   auto coords_ahead = [&](int item, int by, int& h, int& it) {  // item + by's coordinates
     if constexpr (kCarryCoords) {
@@ -289,8 +286,8 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
     const int valid = q_len - q0;
     const std::int64_t qoff = b * p.q_batch + (q_row0 + q0) * p.q_row + h * p.q_head;
     const std::int64_t dooff = b * p.do_batch + (q_row0 + q0) * p.do_row + h * p.do_head;
-    load_tile<Br, D, kThreads>(s_base + L::kOffQ + st * L::kStage, qg_ptr, qoff, p.q_row, valid, tid);
-    load_tile<Br, D, kThreads>(s_base + L::kOffDO + st * L::kStage, dog_ptr, dooff, p.do_row, valid, tid);
+    load_tile<Br, D, kThreads, kStepRows>(s_base + L::kOffQ + st * L::kStage, qg_ptr, qoff, p.q_row, valid, tid);
+    load_tile<Br, D, kThreads, kStepRows>(s_base + L::kOffDO + st * L::kStage, dog_ptr, dooff, p.do_row, valid, tid);
     if (tid < 2 * Br) {
       const int r = tid % Br;
       const bool ok = r < valid;

@@ -41,6 +41,7 @@
 #include "cuda/backward/backward_args.h"
 #include "cuda/backward/cta_work.cuh"
 #include "cuda/backward/dq_turn.cuh"
+#include "cuda/backward/tile_copy.cuh"
 #include "cuda/sm90/backward/kernel_traits.cuh"
 #include "math/mask.h"
 
@@ -54,21 +55,14 @@ __device__ __forceinline__ std::uint32_t sw128_offset(int r, int ch) {
   return static_cast<std::uint32_t>((ch >> 3) * (R * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
 }
 
-// Copies R rows of W elements (rows past `valid` zero-filled) into a 128-byte-swizzled tile.
-template <int R, int W, int kThreads, typename T>
+// Copies R rows of W elements (rows past `valid` zero-filled) into a 128-byte-swizzled tile
+// (backward::copy_rows_async). kStepRows: stepped row pointers (head_dim 64 and 128; head_dim
+// 256 spilled 4 B with them).
+template <int R, int W, int kThreads, bool kStepRows = false, typename T>
 __device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, std::int64_t tile_off,
                                           std::int64_t row_stride, int valid, int tid) {
-  constexpr int kChunks = W / 8;
-  constexpr int kTotal = R * kChunks;
-  static_assert(kTotal % kThreads == 0, "whole rounds of 16-byte copies");
-#pragma unroll
-  for (int it = 0; it < kTotal / kThreads; ++it) {
-    const int c = tid + it * kThreads;
-    const int r = c / kChunks, ch = c % kChunks;
-    const bool ok = r < valid;
-    const T* src = ok ? base + tile_off + r * row_stride + ch * 8 : base;
-    sm80::cp_async_16_zfill(s_tile + sw128_offset<R>(r, ch), src, ok);
-  }
+  backward::copy_rows_async<R, W, kThreads, kStepRows>(
+      s_tile, [](int r, int ch) { return sw128_offset<R>(r, ch); }, base, tile_off, row_stride, valid, tid);
 }
 
 }  // namespace bwd
@@ -123,8 +117,9 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1) backward_kernel(con
     const int valid = q_len - q0;
     const std::int64_t qoff = b * p.q_batch + (q_row0 + q0) * p.q_row + h * p.q_head;
     const std::int64_t dooff = b * p.do_batch + (q_row0 + q0) * p.do_row + h * p.do_head;
-    bwd::load_tile<Br, D, kThreads>(base + Tr::kOffQ + st * Tr::kStageBytes, qg_ptr, qoff, p.q_row, valid, tid);
-    bwd::load_tile<Br, D, kThreads>(base + Tr::kOffDO + st * Tr::kStageBytes, dog_ptr, dooff, p.do_row, valid, tid);
+    constexpr bool kStepRows = D != 256;  // (load_tile)
+    bwd::load_tile<Br, D, kThreads, kStepRows>(base + Tr::kOffQ + st * Tr::kStageBytes, qg_ptr, qoff, p.q_row, valid, tid);
+    bwd::load_tile<Br, D, kThreads, kStepRows>(base + Tr::kOffDO + st * Tr::kStageBytes, dog_ptr, dooff, p.do_row, valid, tid);
     static_assert(2 * Br <= kThreads, "one thread per LSE2 / D value");
     if (tid < 2 * Br) {
       const int r = tid % Br;
