@@ -24,9 +24,11 @@
 #include <utility>
 #include <vector>
 
+#include "api/build_params.h"
 #include "bench_cuda_timing.h"
 #include "bench_registry.h"
 #include "common.h"
+#include "cuda/naive/naive_attention.h"
 
 namespace tessera::app::bench {
 namespace {
@@ -269,6 +271,78 @@ void forward_overhead(const Context& ctx, const Emit& emit) {
   }
 }
 
+
+// The naive baseline (src/cuda/naive: cuBLAS S = scale Q K^T, a softmax kernel, cuBLAS O = P V,
+// with S and P in device memory) beside the fused forward on the same tensors: its time, the
+// fused forward's in the same suite (in the note), and the device memory S and P take. The
+// cuda.forward shapes (16k tokens), and at d128 single sequences of 32k-128k tokens, where S and
+// P outgrow the GPU: those rows say how much memory the baseline would need instead of running.
+// Rows are "forward" rows of backend tessera_naive, so bench/compare.py puts them beside the
+// peers' forward rows of the same shape.
+void run_naive(const Context& ctx, const Emit& emit) {
+  struct Case {
+    int d, s, b;
+    bool causal;
+  };
+  std::vector<Case> cases;
+  for (int d : ctx.quick ? std::vector<int>{128} : std::vector<int>{64, 128, 256})
+    for (int s : {1024, 4096, 16384})
+      for (bool causal : {false, true}) cases.push_back({d, s, static_cast<int>(DenseBuffers::kTokens / s), causal});
+  for (int s : {32768, 65536, 131072}) cases.push_back({128, s, 1, false});
+  constexpr std::int64_t kMaxTokens = 131072;
+  const std::size_t bytes = kMaxTokens * DenseBuffers::kWidth * 2;
+  DeviceBuffer q(ctx.device, bytes), k(ctx.device, bytes), v(ctx.device, bytes), o(ctx.device, bytes);
+  fill_random(q, DType::bf16, 21);
+  fill_random(k, DType::bf16, 22);
+  fill_random(v, DType::bf16, 23);
+  const DType dt = DType::bf16;
+  const Device dev = ctx.device;
+  constexpr double kGB = 1e9;
+  for (const Case& c : cases) {
+    const int h = static_cast<int>(DenseBuffers::kWidth / c.d);
+    const Tensor tq(q.data(), dt, {c.b, c.s, h, c.d}, dev), tk(k.data(), dt, {c.b, c.s, h, c.d}, dev),
+        tv(v.data(), dt, {c.b, c.s, h, c.d}, dev), to(o.data(), dt, {c.b, c.s, h, c.d}, dev);
+    AttentionOptions opt;
+    opt.causal = c.causal;
+    Row r = dense_row("forward", dt, c.b, h, c.s, c.d, c.causal);
+    r.name = std::string("naive ") + r.name;
+    r.backend = "tessera_naive";
+    // The long rows' calls (tens to hundreds of ms) are timed one at a time: queued samples of
+    // ten would take seconds each, and a call's host time is nothing beside them.
+    const auto median_ms = [&](const std::function<void()>& fn) {
+      return c.s > DenseBuffers::kTokens ? cuda_median_ms(fn, ctx.min_time) : dense_median_ms(ctx, fn);
+    };
+    try {
+      const AttentionParams p = api::build_forward_params(tq, tk, tv, Tensor(), Tensor(), to, Tensor(), opt, {});
+      const std::size_t ws_bytes = cuda::naive::naive_workspace_bytes(p);
+      const double fused_ms = median_ms([&] { attention_forward(tq, tk, tv, to, Tensor(), opt); });
+      std::size_t free_bytes = 0, total_bytes = 0;
+      check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+      char note[200];
+      // Room for cuBLAS's own workspace beside S and P.
+      if (static_cast<double>(ws_bytes) > 0.9 * static_cast<double>(free_bytes)) {
+        std::snprintf(note, sizeof note,
+                      "not run: S and P would need %.1f GB of device memory, %.1f GB free; fused forward %.3f ms, "
+                      "no workspace",
+                      ws_bytes / kGB, free_bytes / kGB, fused_ms);
+        r.note = note;
+        emit(r);
+        continue;
+      }
+      DeviceBuffer workspace(dev, ws_bytes);
+      const double ms = median_ms([&] { cuda::naive::naive_attention_forward(p, workspace.data(), ws_bytes); });
+      r.seconds = ms * 1e-3;
+      r.flops = forward_flops(c.b, h, c.s, c.s, c.d, c.causal);
+      std::snprintf(note, sizeof note, "S and P %.2f GB; fused forward %.3f ms here (%.1fx faster), no workspace",
+                    ws_bytes / kGB, fused_ms, ms / fused_ms);
+      r.note = note;
+    } catch (const std::exception& e) {
+      r = not_run(r, e);
+    }
+    emit(r);
+  }
+}
+
 }  // namespace
 
 TESSERA_BENCH_CEILINGS(cuda, {DeviceKind::cuda, measure_cuda_ceilings});
@@ -283,6 +357,11 @@ TESSERA_BENCH_SUITE(cuda_forward_ragged, {"cuda.forward_ragged", DeviceKind::cud
 TESSERA_BENCH_SUITE(cuda_forward_overhead, {"cuda.forward_overhead", DeviceKind::cuda,
                                             "dense forward d128: eager vs graph replay vs host time per call",
                                             forward_overhead});
+TESSERA_BENCH_SUITE(cuda_naive, {"cuda.naive", DeviceKind::cuda,
+                                 "the naive baseline (cuBLAS, softmax kernel, S and P in memory) beside the fused "
+                                 "forward: bf16, cuda.forward's shapes, d128 at 32k-128k (GB it would need where it "
+                                 "cannot run)",
+                                 run_naive});
 
 }  // namespace tessera::app::bench
 

@@ -54,8 +54,10 @@ __device__ __forceinline__ std::uint32_t swz(int r, int ch) {
 
 // Copies `R` rows of W elements (rows past `valid` zero-filled) into a swizzled tile
 // (backward::copy_rows_async). kStepRows: stepped row pointers, which only the head_dim 128
-// two-stage layouts take (their per-step prefetch: loop 4085 -> 3910 instructions, bf16 sm_90
-// build); head_dim 64, 256 and the compact layout 1 spilled with it (68, 8-16 and 20 B).
+// two-stage layouts of sm_90 builds take (kCarryCoords: their per-step prefetch, loop 4085 ->
+// 3910 instructions, bf16); in sm_90 builds head_dim 64 spilled 68 B with it (26 B without) and
+// 256 8-16 B; the compact layout 1 spilled 20 B in a build for sm_80 and sm_90 (one of its
+// functions); the sm_80 builds were not timed with it.
 template <int R, int W, int kThreads, bool kStepRows = false, typename T>
 __device__ __forceinline__ void load_tile(std::uint32_t s_tile, const T* base, std::int64_t tile_off,
                                           std::int64_t row_stride, int valid, int tid) {
