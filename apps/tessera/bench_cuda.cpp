@@ -275,10 +275,10 @@ void forward_overhead(const Context& ctx, const Emit& emit) {
 // The naive baseline (src/cuda/naive: cuBLAS S = scale Q K^T, a softmax kernel, cuBLAS O = P V,
 // with S and P in device memory) beside the fused forward on the same tensors: its time, the
 // fused forward's in the same suite (in the note), and the device memory S and P take. The
-// cuda.forward shapes (16k tokens), and at d128 single sequences of 32k-128k tokens, where S and
-// P outgrow the GPU: those rows say how much memory the baseline would need instead of running.
-// Rows are "forward" rows of backend tessera_naive, so bench/compare.py puts them beside the
-// peers' forward rows of the same shape.
+// cuda.forward shapes (16k tokens), and at d128 single sequences of 32k-128k tokens: S and P take
+// 69 GB at 32k (it runs on an H200) and 275 / 1100 GB at 64k / 128k, where the rows say how much
+// memory the baseline would need instead of running. Rows are "forward" rows of backend
+// tessera_naive, so bench/compare.py puts them beside the peers' forward rows of the same shape.
 void run_naive(const Context& ctx, const Emit& emit) {
   struct Case {
     int d, s, b;
@@ -312,19 +312,27 @@ void run_naive(const Context& ctx, const Emit& emit) {
     const auto median_ms = [&](const std::function<void()>& fn) {
       return c.s > DenseBuffers::kTokens ? cuda_median_ms(fn, ctx.min_time) : dense_median_ms(ctx, fn);
     };
+    std::size_t ws_bytes = 0;
+    char note[240];
     try {
       const AttentionParams p = api::build_forward_params(tq, tk, tv, Tensor(), Tensor(), to, Tensor(), opt, {});
-      const std::size_t ws_bytes = cuda::naive::naive_workspace_bytes(p);
-      const double fused_ms = median_ms([&] { attention_forward(tq, tk, tv, to, Tensor(), opt); });
+      ws_bytes = cuda::naive::naive_workspace_bytes(p);
+      // The fused forward's time for the note; its failure leaves the baseline's row standing.
+      char fused[160];
+      double fused_ms = 0;
+      try {
+        fused_ms = median_ms([&] { attention_forward(tq, tk, tv, to, Tensor(), opt); });
+        std::snprintf(fused, sizeof fused, "fused forward %.3f ms, no workspace", fused_ms);
+      } catch (const std::exception& e) {
+        std::snprintf(fused, sizeof fused, "fused forward not run: %s", e.what());
+        cudaGetLastError();
+      }
       std::size_t free_bytes = 0, total_bytes = 0;
       check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-      char note[200];
       // Room for cuBLAS's own workspace beside S and P.
       if (static_cast<double>(ws_bytes) > 0.9 * static_cast<double>(free_bytes)) {
-        std::snprintf(note, sizeof note,
-                      "not run: S and P would need %.1f GB of device memory, %.1f GB free; fused forward %.3f ms, "
-                      "no workspace",
-                      ws_bytes / kGB, free_bytes / kGB, fused_ms);
+        std::snprintf(note, sizeof note, "not run: S and P would need %.1f GB of device memory, %.1f GB free; %s",
+                      ws_bytes / kGB, free_bytes / kGB, fused);
         r.note = note;
         emit(r);
         continue;
@@ -333,11 +341,18 @@ void run_naive(const Context& ctx, const Emit& emit) {
       const double ms = median_ms([&] { cuda::naive::naive_attention_forward(p, workspace.data(), ws_bytes); });
       r.seconds = ms * 1e-3;
       r.flops = forward_flops(c.b, h, c.s, c.s, c.d, c.causal);
-      std::snprintf(note, sizeof note, "S and P %.2f GB; fused forward %.3f ms here (%.1fx faster), no workspace",
-                    ws_bytes / kGB, fused_ms, ms / fused_ms);
+      if (fused_ms > 0)
+        std::snprintf(note, sizeof note, "S and P %.2f GB; fused forward %.3f ms here (%.1fx faster), no workspace",
+                      ws_bytes / kGB, fused_ms, ms / fused_ms);
+      else
+        std::snprintf(note, sizeof note, "S and P %.2f GB; %s", ws_bytes / kGB, fused);
       r.note = note;
     } catch (const std::exception& e) {
       r = not_run(r, e);
+      if (ws_bytes > 0) {  // e.g. the workspace's allocation: say what it asked for
+        std::snprintf(note, sizeof note, "not run: %s (S and P: %.1f GB)", e.what(), ws_bytes / kGB);
+        r.note = note;
+      }
     }
     emit(r);
   }
