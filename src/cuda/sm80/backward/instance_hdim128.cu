@@ -1,5 +1,5 @@
 // Backward main-kernel instances for head_dim 128 (one file per head dim keeps builds parallel).
-#include "cuda/sm80/backward/kernel.cuh"
+#include "cuda/sm80/backward/launch.cuh"
 
 namespace tessera::cuda::sm80 {
 

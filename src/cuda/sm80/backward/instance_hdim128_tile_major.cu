@@ -2,7 +2,7 @@
 // (backward.h launch_backward_main_tile_major; a file of their own keeps builds parallel). The
 // only tile-major instances: dense causal inputs at head_dim 128 are where the order was modelled
 // to pay (docs/perf/backward_sm80.md, "wave tail and CTA order").
-#include "cuda/sm80/backward/kernel.cuh"
+#include "cuda/sm80/backward/launch.cuh"
 
 namespace tessera::cuda::sm80 {
 
