@@ -146,23 +146,28 @@ void run(const AttentionParams& p, void* workspace) {
 
   // Row-major X (rows, d) with row stride r is column-major (d, rows) with ld r, so
   //   S^T (sk x sq, col-major, ld sk)  = K^T(op) * Q   and   O^T (d x sq, ld o.row) = V^T * P^T.
-  // One batched call over every (b, h) when each tensor's batch stride is heads x head stride
-  // and there is no GQA; else one call per (b, kv head) over the group (stride 0 on K/V).
+  // Batched calls, as a framework's batched matmul over (b, h) would run:
+  // - flat (no GQA, each tensor's batch stride heads x head stride, e.g. (b, h, s, d) storage):
+  //   one call over every (b, h);
+  // - else one call per (b, member r of a query-head group) over the kv heads: query head
+  //   hk group + r (stride group x head) against kv head hk (stride head), its S and P matrices
+  //   group apart. (b, s, h, d) storage without GQA: one call per batch over its heads.
   const bool flat = group == 1 && p.q.batch == p.heads_q * p.q.head && p.k.batch == p.heads_kv * p.k.head &&
                     p.v.batch == p.heads_kv * p.v.head && p.o.batch == p.heads_q * p.o.head;
-  const int outer = flat ? 1 : p.batch * p.heads_kv;
-  const int count = flat ? p.batch * p.heads_q : group;
+  const int outer = flat ? 1 : p.batch * group;
+  const int count = flat ? p.batch * p.heads_q : p.heads_kv;
+  const long long q_stride = flat ? p.q.head : group * p.q.head;
+  const long long o_stride = flat ? p.o.head : group * p.o.head;
+  const long long mat_stride = (flat ? 1 : group) * sq * sk;
   for (int c = 0; c < outer; ++c) {
-    const int b = flat ? 0 : c / p.heads_kv, hk = flat ? 0 : c % p.heads_kv;
-    const std::int64_t h0 = static_cast<std::int64_t>(hk) * group;
-    const T* qc = q + p.q.offset(b, 0, h0);
-    const T* kc = k + p.k.offset(b, 0, hk);
-    const std::int64_t mat0 = (static_cast<std::int64_t>(b) * p.heads_q + h0) * sq * sk;
-    const long long kv_stride_k = flat ? p.k.head : 0;
+    const int b = flat ? 0 : c / group, r = flat ? 0 : c % group;
+    const T* qc = q + p.q.offset(b, 0, r);
+    const T* kc = k + p.k.offset(b, 0, 0);
+    const std::int64_t mat0 = (static_cast<std::int64_t>(b) * p.heads_q + r) * sq * sk;
     NAIVE_CUBLAS(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(sk), static_cast<int>(sq),
                                             static_cast<int>(d), &alpha_s, kc, dt, static_cast<int>(p.k.row),
-                                            kv_stride_k, qc, dt, static_cast<int>(p.q.row), p.q.head, &zero, S + mat0,
-                                            dt, static_cast<int>(sk), sq * sk, count, CUBLAS_COMPUTE_32F,
+                                            p.k.head, qc, dt, static_cast<int>(p.q.row), q_stride, &zero, S + mat0,
+                                            dt, static_cast<int>(sk), mat_stride, count, CUBLAS_COMPUTE_32F,
                                             CUBLAS_GEMM_DEFAULT));
   }
 
@@ -174,16 +179,14 @@ void run(const AttentionParams& p, void* workspace) {
   }
 
   for (int c = 0; c < outer; ++c) {
-    const int b = flat ? 0 : c / p.heads_kv, hk = flat ? 0 : c % p.heads_kv;
-    const std::int64_t h0 = static_cast<std::int64_t>(hk) * group;
-    const T* vc = v + p.v.offset(b, 0, hk);
-    T* oc = o + p.o.offset(b, 0, h0);
-    const std::int64_t mat0 = (static_cast<std::int64_t>(b) * p.heads_q + h0) * sq * sk;
-    const long long kv_stride_v = flat ? p.v.head : 0;
+    const int b = flat ? 0 : c / group, r = flat ? 0 : c % group;
+    const T* vc = v + p.v.offset(b, 0, 0);
+    T* oc = o + p.o.offset(b, 0, r);
+    const std::int64_t mat0 = (static_cast<std::int64_t>(b) * p.heads_q + r) * sq * sk;
     NAIVE_CUBLAS(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(sq),
-                                            static_cast<int>(sk), &one, vc, dt, static_cast<int>(p.v.row), kv_stride_v,
-                                            P + mat0, dt, static_cast<int>(sk), sq * sk, &zero, oc, dt,
-                                            static_cast<int>(p.o.row), p.o.head, count, CUBLAS_COMPUTE_32F,
+                                            static_cast<int>(sk), &one, vc, dt, static_cast<int>(p.v.row), p.v.head,
+                                            P + mat0, dt, static_cast<int>(sk), mat_stride, &zero, oc, dt,
+                                            static_cast<int>(p.o.row), o_stride, count, CUBLAS_COMPUTE_32F,
                                             CUBLAS_GEMM_DEFAULT));
   }
 }
