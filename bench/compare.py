@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Joins tessera's benchmark CSV with the peers' CSV (same run) into a Markdown table of
 throughput and ratios. Both files have the columns
-suite,backend,dtype,head_dim,seq,batch,heads,causal,ms,tflops,gbps."""
+suite,backend,dtype,head_dim,seq,batch,heads,causal,ms,tflops,gbps.
+
+The ceilings line lists both files' ceiling rows (tessera's own: its GEMM and its read-only pass
+over device memory; the peers': torch's GEMMs, sum and copy). A GB/s row (decode) also shows its
+fraction of tessera's read-only ceiling, "(97 % of read)", or of the peers' read_sum where
+tessera's CSV has none."""
 import csv
 import sys
 
@@ -27,6 +32,10 @@ def main(tessera_csv, peers_csv):
     for r in peers:
         by_key.setdefault(key(r), {})[r["backend"]] = r
     ceil = {r["backend"]: r for r in peers if r["suite"] == "ceiling"}
+    ceil.update({r["backend"]: r for r in ours if r["suite"] == "ceiling"})
+    # The read-only ceiling a GB/s row is set against: tessera's own pass, else torch's sum.
+    read = next((float(r["gbps"]) for b, r in ceil.items() if b.endswith("_read_sum") and float(r["gbps"] or 0) > 0),
+                float(ceil["read_sum"]["gbps"] or 0) if "read_sum" in ceil else 0.0)
     if ceil:
         print("ceilings: " + ", ".join(
             f"{b} {float(r['tflops']):.0f} TFLOP/s" if float(r["tflops"]) else f"{b} {float(r['gbps']):.0f} GB/s"
@@ -44,8 +53,11 @@ def main(tessera_csv, peers_csv):
         for peer in ("torch_flash", "torch_cudnn"):
             pv = float(p[peer][unit]) if peer in p and float(p[peer][unit] or 0) > 0 else 0
             ratios.append(f"{val / pv:.2f}x ({pv:.0f})" if pv else "-")
+        shown = f"{val:.1f}"
+        if unit == "gbps" and read > 0:
+            shown += f" ({100 * val / read:.0f} % of read)"
         print(f"| {r['suite']} | {r['dtype']} | {r['head_dim']} | {r['seq']} | {r['batch']} | {r['causal']} | "
-              f"{r['backend']} | {float(r['ms']):.3f} | {val:.1f} | {ratios[0]} | {ratios[1]} |")
+              f"{r['backend']} | {float(r['ms']):.3f} | {shown} | {ratios[0]} | {ratios[1]} |")
 
 
 if __name__ == "__main__":

@@ -101,7 +101,8 @@ TEST(Merge, EmptyStateIsNeutral) {
 }
 
 // Split the keys in two halves, run attention on each with LSE, merge, and compare with the
-// oracle over all keys under the tolerance rule.
+// oracle over all keys under the tolerance rule: the cascade / shared-prefix pattern (a prefix's
+// state computed once, merged with each request's own suffix state).
 TEST(Merge, DisjointKeyHalvesEqualFull) {
   auto rng = fresh_rng();
   for (DType dt : {DType::f32, DType::bf16}) {

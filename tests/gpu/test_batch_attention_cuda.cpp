@@ -450,10 +450,12 @@ INSTANTIATE_TEST_SUITE_P(
         spec(DType::bf16, 8, 2, 128, 256, KVLayout::NHD, opts(false), fixed(1000))),             // long chunks
     [](const ::testing::TestParamInfo<Spec>& info) { return "case" + std::to_string(info.index); });
 
-// Decode-only and prefill-only batches, and a prefill chunk against a long cache.
+// Decode-only and prefill-only batches, and a prefill chunk against a long cache. Group 16 fills
+// a decode unit's 16 vectors with one kv head's query heads (kDecodeMaxVectors).
 TEST(BatchCuda, DecodeOnlyAndPrefillOnly) {
-  for (int group : {1, 4, 8}) {
-    Spec s = spec(DType::bf16, 8, 8 / group, 128, 16, KVLayout::NHD, opts(true));
+  for (int group : {1, 4, 8, 16}) {
+    const int heads_q = std::max(8, group);
+    Spec s = spec(DType::bf16, heads_q, heads_q / group, 128, 16, KVLayout::NHD, opts(true));
     s.q_lens = {1, 1, 1, 1, 1, 1};
     s.kv_lens = {1, 17, 64, 65, 1000, 4097};
     check(s);
@@ -673,8 +675,8 @@ TEST(BatchCuda, ManyUnitsPerCtaBothShapes) {
 // rows carry many partials: the merge runs the fan-in kernel.
 TEST(BatchCuda, LongDecode128k) {
   Spec s = spec(DType::bf16, 16, 2, 128, 16, KVLayout::NHD, opts(true));
-  s.q_lens = {1, 1, 4};
-  s.kv_lens = {131072, 1, 131072};
+  s.q_lens = {1, 1, 4, 1};
+  s.kv_lens = {131072, 1, 131072, 0};  // kv_len 128k, 1 and 0 in one batch
   s.check_kv_head = 1;
   check(s, 1);
 }

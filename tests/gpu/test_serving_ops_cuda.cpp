@@ -117,9 +117,10 @@ struct PagedFixture {
 
 TEST(ServingOpsCuda, AppendAndCopyPagesBitIdenticalToCpu) {
   auto rng = fresh_rng();
-  for (int page_size : {1, 5, 16, 256})
+  // Every element width the kernels have (1, 2 and 4 bytes), page sizes 1 to 256.
+  for (int page_size : {1, 5, 16, 128, 256})
     for (KVLayout layout : {KVLayout::NHD, KVLayout::HND})
-      for (DType dt : {DType::bf16, DType::f32}) {
+      for (DType dt : {DType::bf16, DType::f16, DType::f32, DType::e4m3}) {
         SCOPED_TRACE(std::to_string(page_size) + " " + kv_layout_name(layout) + " " + dtype_name(dt));
         PagedFixture f(page_size, layout, dt, rng);
         HostTensor cpu_k = f.k, cpu_v = f.v;  // identical poisoned caches
