@@ -4,6 +4,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -42,7 +43,15 @@ void parallel_for(std::int64_t n, int num_threads, const std::function<void(std:
   };
   std::vector<std::thread> pool;
   pool.reserve(static_cast<std::size_t>(threads - 1));
-  for (std::int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  for (std::int64_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error&) {
+      // No more threads (a process or memory limit): the ones started and this one claim every
+      // chunk, so the work completes on fewer threads with the same chunks and results.
+      break;
+    }
+  }
   worker();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
