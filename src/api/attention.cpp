@@ -177,12 +177,15 @@ AttentionParams build_params(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
   const int hd = r - 1, hh = r - 2;
   const std::int64_t head_dim = q.shape[hd];
-  validate::head_dim_supported(static_cast<int>(head_dim), "q.shape[-1] (head_dim)");
+  // (64-bit: a size past 2^32 cut to int could pass as a supported one.)
+  validate::head_dim_supported(head_dim, "q.shape[-1] (head_dim)");
   validate::dim_equals(k, "k", hd, head_dim, "head_dim, as q");
   validate::dim_equals(v, "v", hd, head_dim, "head_dim, as q");
   check_same_shape(v, "v", k, "k");
   check_same_shape(out, "out", q, "q");
   if (q.shape[hh] < 1) fail(ErrorCode::invalid_argument, "q", "at least one head", "shape " + q.shape_string());
+  check_int_range(q.shape[hh], "q.shape[-2] (heads_q)");
+  check_int_range(k.shape[hh], "k.shape[-2] (heads_kv)");
   validate::heads_divisible(q.shape[hh], k.shape[hh]);
 
   AttentionParams p;
@@ -215,6 +218,7 @@ AttentionParams build_params(const Tensor& q, const Tensor& k, const Tensor& v, 
     p.total_q = q.shape[0] * q.shape[1];
     p.total_k = k.shape[0] * k.shape[1];
   }
+  if (entry != Entry::backward) validate::no_internal_overlap(out, "out");  // (the backward reads it)
   p.q = strided(q, ragged);
   p.k = strided(k, ragged);
   p.v = strided(v, ragged);
@@ -235,6 +239,7 @@ AttentionParams build_params(const Tensor& q, const Tensor& k, const Tensor& v, 
     validate::same_device(lse, "lse", q, "q");
     validate::non_negative_strides(lse, "lse");
     validate::unit_stride(lse, "lse", lse.rank - 1, "the token dim");
+    if (entry != Entry::backward) validate::no_internal_overlap(lse, "lse");
     p.lse.ptr = lse.ptr<float>();
     p.lse.batch = ragged ? 0 : lse.stride[0];
     p.lse.head = ragged ? lse.stride[0] : lse.stride[1];
@@ -287,6 +292,7 @@ BackwardParams build_backward_params(const Tensor& q, const Tensor& k, const Ten
     validate::same_device(*t, name, q, "q");
     validate::non_negative_strides(*t, name);
     validate::unit_stride(*t, name, r - 1, "head_dim");
+    if (t != &dout) validate::no_internal_overlap(*t, name);  // the gradients are written
   }
   p.dout = strided(dout, ragged);
   p.dq = strided(dq, ragged);
@@ -316,6 +322,7 @@ MergeParams build_merge_params(const Tensor& o_states, const Tensor& lse_states,
   validate::non_negative_strides(o_states, "o_states");
   validate::non_negative_strides(lse_states, "lse_states");
   validate::non_negative_strides(out, "out");
+  validate::no_internal_overlap(out, "out");
   validate::unit_stride(o_states, "o_states", 3, "head_dim");
   validate::unit_stride(out, "out", 2, "head_dim");
   if (out_lse.present()) {
@@ -325,6 +332,7 @@ MergeParams build_merge_params(const Tensor& o_states, const Tensor& lse_states,
     validate::dim_equals(out_lse, "out_lse", 0, o_states.shape[1], "tokens, as o_states");
     validate::dim_equals(out_lse, "out_lse", 1, o_states.shape[2], "heads, as o_states");
     validate::non_negative_strides(out_lse, "out_lse");
+    validate::no_internal_overlap(out_lse, "out_lse");
   }
   check_context(ctx);
   check_int_range(o_states.shape[0], "o_states.shape[0] (num_states)");

@@ -297,6 +297,15 @@ void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageT
     fail(ErrorCode::invalid_argument, "cache.k_pages", "head_dim " + str(c.head_dim) + " (config.head_dim)",
          "shape " + cache.k_pages.shape_string());
 
+  // out and lse are written while the cache is read (and must not be broadcast views).
+  validate::no_internal_overlap(out, "out");
+  validate::disjoint(out, "out", cache.k_pages, "cache.k_pages");
+  validate::disjoint(out, "out", cache.v_pages, "cache.v_pages");
+  if (c.options.return_lse) {
+    validate::no_internal_overlap(lse, "lse");
+    validate::disjoint(lse, "lse", cache.k_pages, "cache.k_pages");
+    validate::disjoint(lse, "lse", cache.v_pages, "cache.v_pages");
+  }
   const PageTableParams tp = api::build_page_table_params(table, cp, device);
   if (tp.batch != s.summary.batch)
     fail(ErrorCode::plan_mismatch, "table.kv_last_page_len",

@@ -129,6 +129,15 @@ PageTableParams build_page_table_params(const PageTable& table, const PagedCache
 }  // namespace api
 
 namespace {
+
+// append_paged_kv and copy_pages write the cache: each page tensor must be free of overlapping
+// elements and apart from the other (K and V in one buffer would be written over each other).
+void check_cache_writable(const PagedKVCache& cache) {
+  validate::no_internal_overlap(cache.k_pages, "cache.k_pages");
+  validate::no_internal_overlap(cache.v_pages, "cache.v_pages");
+  validate::disjoint(cache.v_pages, "cache.v_pages", cache.k_pages, "cache.k_pages");
+}
+
 using validate::fail;
 using validate::str;
 
@@ -148,6 +157,7 @@ void append_paged_kv(const PagedKVCache& cache, const PageTable& table, const Te
                      const Tensor& new_k, const Tensor& new_v, const ExecutionContext& ctx) {
   validate::FunctionScope scope("append_paged_kv");
   const PagedCacheParams c = api::build_paged_cache_params(cache);
+  check_cache_writable(cache);
   const Device device = cache.k_pages.device;
   const PageTableParams t = api::build_page_table_params(table, c, device);
   validate::rank(append_indptr, "append_indptr", 1, "(batch + 1)");
@@ -211,6 +221,7 @@ void copy_pages(const PagedKVCache& cache, const Tensor& src_pages, const Tensor
                 const ExecutionContext& ctx) {
   validate::FunctionScope scope("copy_pages");
   const PagedCacheParams c = api::build_paged_cache_params(cache);
+  check_cache_writable(cache);
   for (const auto& [t, name] : {std::pair{&src_pages, "src_pages"}, std::pair{&dst_pages, "dst_pages"}}) {
     validate::rank(*t, name, 1, "(count)");
     validate::dtype_is(*t, name, DType::i32);

@@ -1,6 +1,9 @@
 #include "api/validate.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <sstream>
+#include <utility>
 
 namespace tessera::validate {
 namespace {
@@ -96,7 +99,95 @@ void non_negative_strides(const Tensor& t, const char* name) {
            "stride " + std::to_string(t.stride[d]) + " at dim " + std::to_string(d));
 }
 
-void head_dim_supported(int head_dim, const char* name) {
+void no_internal_overlap(const Tensor& t, const char* name) {
+  int dims[kMaxRank];
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] == 0) return;  // no elements
+    if (t.shape[d] > 1) dims[n++] = d;
+  }
+  std::sort(dims, dims + n, [&](int a, int b) { return t.stride[a] < t.stride[b]; });
+  std::int64_t span = 1;  // elements covered by the dimensions taken so far
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    if (t.stride[d] < span)
+      fail(ErrorCode::invalid_argument, name,
+           "a view whose elements do not overlap (an output is written by many threads; a broadcast or stride-0 "
+           "view is refused)",
+           "stride " + std::to_string(t.stride[d]) + " at dim " + std::to_string(d) + " in shape " +
+               t.shape_string());
+    span += (t.shape[d] - 1) * t.stride[d];
+  }
+}
+
+namespace {
+// [first, last] bytes of a tensor with non-negative strides and at least one element.
+std::pair<std::uintptr_t, std::uintptr_t> byte_range(const Tensor& t) {
+  std::int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.stride[d];
+  const std::size_t size = dtype_size(t.dtype);
+  const auto first = reinterpret_cast<std::uintptr_t>(t.data);
+  return {first, first + static_cast<std::uintptr_t>(last) * size + size - 1};
+}
+bool has_elements(const Tensor& t) {
+  if (t.data == nullptr || t.rank == 0) return false;
+  for (int d = 0; d < t.rank; ++d)
+    if (t.shape[d] == 0) return false;
+  return true;
+}
+}  // namespace
+
+// Whether delta (elements) is a difference of two element offsets of one layout: delta = sum_d
+// j_d stride_d with |j_d| < shape_d. dims: the dims of size > 1, largest stride first, each
+// stride past the span of the smaller ones (no internal overlap), so the rest of the sum stays
+// below the current stride and j_d is floor(delta / stride) or the next integer: at most two
+// branches per dim.
+static bool is_offset_difference(std::int64_t delta, const Tensor& t, const int* dims, int n) {
+  if (n == 0) return delta == 0;
+  const std::int64_t s = t.stride[dims[0]], m = t.shape[dims[0]] - 1;
+  std::int64_t rest = 0;  // the largest |sum| the smaller dims reach
+  for (int i = 1; i < n; ++i) rest += (t.shape[dims[i]] - 1) * t.stride[dims[i]];
+  const std::int64_t f = delta >= 0 ? delta / s : -((-delta + s - 1) / s);  // floor
+  for (std::int64_t j : {f, f + 1}) {
+    const std::int64_t r = delta - j * s;
+    if (j >= -m && j <= m && r >= -rest && r <= rest && is_offset_difference(r, t, dims + 1, n - 1)) return true;
+  }
+  return false;
+}
+
+static bool same_layout(const Tensor& a, const Tensor& b) {
+  if (a.rank != b.rank || a.dtype != b.dtype) return false;
+  for (int d = 0; d < a.rank; ++d)
+    if (a.shape[d] != b.shape[d] || a.stride[d] != b.stride[d]) return false;
+  return true;
+}
+
+void disjoint(const Tensor& t, const char* name, const Tensor& other, const char* other_name) {
+  if (!has_elements(t) || !has_elements(other) || !(t.device == other.device)) return;
+  const auto a = byte_range(t), b = byte_range(other);
+  if (a.second < b.first || b.second < a.first) return;  // address ranges apart
+  // One layout at two addresses (K and V pages interleaved in one buffer, FlashInfer's combined
+  // layout): exact, the elements of one never fall on the other's. Callers check both for
+  // internal overlap first. Otherwise the ranges' intersection is refused.
+  if (same_layout(t, other)) {
+    const std::int64_t size = static_cast<std::int64_t>(dtype_size(t.dtype));
+    const std::int64_t delta_bytes = static_cast<std::int64_t>(b.first) - static_cast<std::int64_t>(a.first);
+    int dims[kMaxRank];
+    int n = 0;
+    for (int d = 0; d < t.rank; ++d)
+      if (t.shape[d] > 1) dims[n++] = d;
+    std::sort(dims, dims + n, [&](int x, int y) { return t.stride[x] > t.stride[y]; });
+    // Element x of t and y of other share a byte iff |x size - (y size + delta_bytes)| < size:
+    // x - y is delta_bytes / size rounded down or up (the one value where it divides).
+    const std::int64_t lo = delta_bytes >= 0 ? delta_bytes / size : -((-delta_bytes + size - 1) / size);
+    const std::int64_t hi = delta_bytes % size == 0 ? lo : lo + 1;
+    if (!is_offset_difference(lo, t, dims, n) && !is_offset_difference(hi, t, dims, n)) return;
+  }
+  fail(ErrorCode::invalid_argument, name, std::string("memory apart from ") + other_name,
+       "a view whose elements overlap " + std::string(other_name) + "'s");
+}
+
+void head_dim_supported(std::int64_t head_dim, const char* name) {
   if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0)
     fail(ErrorCode::invalid_argument, name, "head_dim a multiple of 8 in [8, 256]", std::to_string(head_dim));
 }

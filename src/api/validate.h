@@ -38,7 +38,15 @@ void dim_equals(const Tensor& t, const char* name, int dim, std::int64_t expecte
 void unit_stride(const Tensor& t, const char* name, int dim, const char* dim_name);
 void contiguous(const Tensor& t, const char* name);
 void non_negative_strides(const Tensor& t, const char* name);
-void head_dim_supported(int head_dim, const char* name);         // 32..256, multiple of 8
+// An output with no two elements at one address (not a broadcast or other overlapping view,
+// which a kernel would write from several threads at once). The test: taken in increasing
+// stride order, each dimension of size > 1 strides at least past the span of those before it
+// (it also refuses the rare non-overlapping layouts that interleave dimensions).
+void no_internal_overlap(const Tensor& t, const char* name);
+// t shares no byte with other (their address ranges do not intersect): a tensor written while
+// `other` is read, or written too. Both non-empty; strides non-negative (checked before).
+void disjoint(const Tensor& t, const char* name, const Tensor& other, const char* other_name);
+void head_dim_supported(std::int64_t head_dim, const char* name);         // 8..256, multiple of 8
 void heads_divisible(std::int64_t heads_q, std::int64_t heads_kv);
 void value_in_range(std::int64_t value, const char* name, std::int64_t lo, std::int64_t hi);  // lo <= v <= hi
 

@@ -115,6 +115,16 @@ TEST_F(AppendValidation, CacheNegativeStride) {
   cache.v_pages = with_stride(cache.v_pages, 0, -128);
   expect(ErrorCode::invalid_argument, "cache.v_pages");
 }
+// The cache is written: K and V in one buffer would be written over each other, and a page
+// dimension of stride 0 (a broadcast) would write every page into one.
+TEST_F(AppendValidation, CacheKAndVShareMemory) {
+  cache.v_pages = cache.k_pages;
+  expect(ErrorCode::invalid_argument, "cache.v_pages");
+}
+TEST_F(AppendValidation, CacheBroadcastPages) {
+  cache.k_pages = with_stride(cache.k_pages, 0, 0);
+  expect(ErrorCode::invalid_argument, "cache.k_pages");
+}
 TEST_F(AppendValidation, CacheEmptyPages) {
   cache.k_pages.shape[1] = 0;
   cache.v_pages.shape[1] = 0;
@@ -250,6 +260,10 @@ class CopyValidation : public ::testing::Test {
 
 TEST_F(CopyValidation, ValidArgumentsAreAccepted) { EXPECT_NO_THROW(copy_pages(cache, src, dst)); }
 TEST_F(CopyValidation, Cache) { cache.v_pages = Tensor{}; expect(ErrorCode::invalid_argument, "cache.v_pages"); }
+TEST_F(CopyValidation, CacheKAndVShareMemory) {
+  cache.k_pages = cache.v_pages;
+  expect(ErrorCode::invalid_argument, "cache.v_pages");
+}
 TEST_F(CopyValidation, SrcDtypeRankDevice) {
   HostTensor fp(DType::f32, {2}), r2(DType::i32, {1, 2});
   src = fp.view();
@@ -401,6 +415,20 @@ TEST_F(RunValidation, OutShape) {
   expect(ErrorCode::plan_mismatch, "out");
   out = of.view();
   expect(ErrorCode::invalid_argument, "out");
+}
+// out and lse are written while the cache is read: not inside it, and not broadcast views.
+TEST_F(RunValidation, OutInsideTheCache) {
+  out = Tensor(cache.k_pages.data, DType::bf16, {3, 4, 16});
+  expect(ErrorCode::invalid_argument, "out");
+  out = Tensor(cache.v_pages.data, DType::bf16, {3, 4, 16});
+  expect(ErrorCode::invalid_argument, "out");
+}
+TEST_F(RunValidation, BroadcastOut) {
+  out = with_stride(out_h.view(), 0, 0);
+  expect(ErrorCode::invalid_argument, "out");
+  out = out_h.view();
+  lse = with_stride(lse_h.view(), 0, 0);
+  expect(ErrorCode::invalid_argument, "lse");
 }
 TEST_F(RunValidation, Lse) {
   HostTensor l16(DType::f16, {4, 3}), lh(DType::f32, {2, 3}), lt(DType::f32, {4, 4});

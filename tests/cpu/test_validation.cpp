@@ -2,6 +2,7 @@
 // code, that the message names the argument, and that no output byte was written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -139,6 +140,59 @@ TEST(Validation, HeadDimSupported) {
   p.out.assign(p.q.size(), kSentinel);
   expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
                "q.shape[-1] (head_dim)", p);
+}
+
+// A head_dim past 2^32 must not pass as its low 32 bits (2^32 + 32 read as 32): the fuzzing pass
+// of the thirtieth session ran such a call as head_dim 32. No data is read: the shape is refused.
+TEST(Validation, HeadDimPast32BitsIsRefused) {
+  Problem p;
+  const std::int64_t huge = (std::int64_t{1} << 32) + 32;
+  const Tensor q(p.q.data(), DType::f32, {1, 1, 1, huge}), k(p.k.data(), DType::f32, {1, 1, 1, huge});
+  const Tensor o(p.out.data(), DType::f32, {1, 1, 1, huge});
+  expect_error([&] { attention_forward(q, k, k, o, Tensor{}, AttentionOptions{}); }, ErrorCode::invalid_argument,
+               "q.shape[-1] (head_dim)", p);
+}
+
+TEST(Validation, HeadsPast32BitsAreRefused) {
+  Problem p;
+  const std::int64_t huge = (std::int64_t{1} << 32) + 1;
+  // Stride 0 over the heads (never read: the shape is refused first).
+  const Tensor q(p.q.data(), DType::f32, {1, 1, huge, 64}, {64, 64, 0, 1});
+  const Tensor k(p.k.data(), DType::f32, {1, 1, 1, 64});
+  const Tensor o(p.out.data(), DType::f32, {1, 1, huge, 64}, {64, 64, 0, 1});
+  expect_error([&] { attention_forward(q, k, k, o, Tensor{}, AttentionOptions{}); }, ErrorCode::invalid_argument,
+               "q.shape[-2] (heads_q)", p);
+}
+
+// Outputs written from many threads must not be broadcast views: stride 0 over the heads of
+// out, or over the sequence of lse, or dq of the backward.
+TEST(Validation, BroadcastOutputsAreRefused) {
+  Problem p;
+  const Tensor o(p.out.data(), DType::f32, {p.b, p.sq, p.hq, p.d}, {p.sq * p.hq * p.d, p.hq * p.d, 0, 1});
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), o, p.L(), p.opt); }, ErrorCode::invalid_argument, "out", p);
+  const Tensor l(p.lse.data(), DType::f32, {p.b, p.hq, p.sq}, {p.hq, 1, 0});
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), l, p.opt); }, ErrorCode::invalid_argument, "lse", p);
+  // An overlapping (not stride-0) view: rows of the sequence one head_dim apart but heads 64 x 4 wide.
+  const Tensor o2(p.out.data(), DType::f32, {p.b, p.sq, p.hq, p.d}, {p.sq * p.d + 1000, p.d, p.d, 1});
+  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), o2, p.L(), p.opt); }, ErrorCode::invalid_argument, "out", p);
+}
+
+TEST(Validation, BroadcastGradientIsRefused) {
+  Problem p;
+  std::fill(p.out.begin(), p.out.end(), 0.0f);
+  std::fill(p.lse.begin(), p.lse.end(), 0.0f);
+  const Tensor dq(p.dq.data(), DType::f32, {p.b, p.sq, p.hq, p.d}, {0, p.hq * p.d, p.d, 1});
+  const Tensor dk(p.dk.data(), DType::f32, {p.b, p.sk, p.hkv, p.d});
+  const Tensor dv(p.dv.data(), DType::f32, {p.b, p.sk, p.hkv, p.d});
+  const Tensor dout(p.dout.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+  try {
+    attention_backward(p.Q(), p.K(), p.V(), p.O(), dout, p.L(), dq, dk, dv, p.opt);
+    ADD_FAILURE() << "no error for a broadcast dq";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "dq") << e.what();
+  }
+  for (float x : p.dq) ASSERT_EQ(x, kSentinel);
+  for (float x : p.dk) ASSERT_EQ(x, kSentinel);
 }
 
 TEST(Validation, HeadDimOfKMatchesQ) {
