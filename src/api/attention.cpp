@@ -155,6 +155,30 @@ DescalePtr check_descale(const Tensor& t, const char* name, const Tensor& q, int
   return d;
 }
 
+// A saved LSE in host memory: every value finite or -inf (an empty row). +inf and NaN are no
+// LSE values and would turn into NaN outputs; device-resident ones are trusted (a scan would
+// cost a pass over them), as the fp8 descales.
+void check_lse_values(const Tensor& lse, const char* name) {
+  std::int64_t idx[kMaxRank] = {};
+  for (int d = 0; d < lse.rank; ++d)
+    if (lse.shape[d] == 0) return;
+  const float* base = lse.ptr<const float>();
+  for (;;) {
+    std::int64_t off = 0;
+    for (int d = 0; d < lse.rank; ++d) off += idx[d] * lse.stride[d];
+    const float x = base[off];
+    if (std::isnan(x) || x == INFINITY) {
+      std::string at;
+      for (int d = 0; d < lse.rank; ++d) at += (d ? ", " : "") + str(idx[d]);
+      fail(ErrorCode::invalid_argument, std::string(name) + "[" + at + "]", "a finite value or -inf (an empty row)",
+           std::isnan(x) ? "nan" : "inf");
+    }
+    int d = lse.rank - 1;
+    while (d >= 0 && ++idx[d] == lse.shape[d]) idx[d--] = 0;
+    if (d < 0) return;
+  }
+}
+
 AttentionParams build_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
                              const Tensor& cu_seqlens_k, const Fp8Descale* descale, const Tensor& out,
                              const Tensor& lse, const AttentionOptions& options, const ExecutionContext& ctx,
@@ -363,9 +387,14 @@ MergeParams build_merge_params(const Tensor& o_states, const Tensor& lse_states,
     p.out_lse_token_stride = out_lse.stride[0];
     p.out_lse_head_stride = out_lse.stride[1];
   }
+  check_saved_lse(lse_states, "lse_states");
   p.stream = ctx.stream;
   p.num_threads = ctx.num_threads;
   return p;
+}
+
+void check_saved_lse(const Tensor& lse, const char* name) {
+  if (lse.present() && lse.device.kind == DeviceKind::cpu) check_lse_values(lse, name);
 }
 
 }  // namespace api
@@ -408,8 +437,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const AttentionOptions& options, const ExecutionContext& ctx) {
   validate::FunctionScope scope("attention_backward");
-  dispatch::attention_backward(
-      api::build_backward_params(q, k, v, Tensor{}, Tensor{}, out, dout, lse, dq, dk, dv, options, ctx));
+  const BackwardParams params =
+      api::build_backward_params(q, k, v, Tensor{}, Tensor{}, out, dout, lse, dq, dk, dv, options, ctx);
+  api::check_saved_lse(lse, "lse");  // (host-resident: scanned)
+  dispatch::attention_backward(params);
 }
 
 void attention_backward_ragged(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
@@ -419,8 +450,10 @@ void attention_backward_ragged(const Tensor& q, const Tensor& k, const Tensor& v
   validate::FunctionScope scope("attention_backward_ragged");
   if (!cu_seqlens_q.present())
     validate::fail(ErrorCode::invalid_argument, "cu_seqlens_q", "an int32 tensor of batch + 1 offsets", "absent");
-  dispatch::attention_backward(
-      api::build_backward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, dq, dk, dv, options, ctx));
+  const BackwardParams params =
+      api::build_backward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, dq, dk, dv, options, ctx);
+  api::check_saved_lse(lse, "lse");  // (host-resident: scanned)
+  dispatch::attention_backward(params);
 }
 
 void merge_states(const Tensor& o_states, const Tensor& lse_states, const Tensor& out, const Tensor& out_lse,

@@ -30,4 +30,9 @@ BackwardParams build_backward_params(const Tensor& q, const Tensor& k, const Ten
 MergeParams build_merge_params(const Tensor& o_states, const Tensor& lse_states, const Tensor& out,
                                const Tensor& out_lse, const ExecutionContext& ctx);
 
+// A saved LSE given to a public function (attention_backward's lse; build_merge_params calls it
+// for lse_states): host-resident values must be finite or -inf (an empty row); +inf and NaN are
+// refused, naming the element. Device-resident ones are trusted (a scan would cost a pass).
+void check_saved_lse(const Tensor& lse, const char* name);
+
 }  // namespace tessera::api

@@ -195,6 +195,45 @@ TEST(Validation, BroadcastGradientIsRefused) {
   for (float x : p.dk) ASSERT_EQ(x, kSentinel);
 }
 
+// A saved LSE of +inf or NaN (no LSE value) is refused on the host instead of giving NaN.
+TEST(Validation, BackwardLseMustBeFiniteOrMinusInf) {
+  Problem p;
+  std::fill(p.out.begin(), p.out.end(), 0.0f);
+  std::fill(p.lse.begin(), p.lse.end(), 0.0f);
+  p.lse[1 * p.sq + 2] = -INFINITY;  // an empty row: fine
+  const Tensor dq(p.dq.data(), DType::f32, {p.b, p.sq, p.hq, p.d}), dk(p.dk.data(), DType::f32, {p.b, p.sk, p.hkv, p.d}),
+      dv(p.dv.data(), DType::f32, {p.b, p.sk, p.hkv, p.d}), dout(p.dout.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+  for (float bad : {INFINITY, NAN}) {
+    p.lse[(1 * p.hq + 3) * p.sq + 4] = bad;  // (batch 1, head 3, row 4)
+    try {
+      attention_backward(p.Q(), p.K(), p.V(), p.O(), dout, p.L(), dq, dk, dv, p.opt);
+      ADD_FAILURE() << "no error for an lse of " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "lse[1, 3, 4]") << e.what();
+    }
+    for (float x : p.dq) ASSERT_EQ(x, kSentinel);
+  }
+}
+
+TEST(Validation, MergeLseStatesMustBeFiniteOrMinusInf) {
+  std::vector<float> o(2 * 3 * 2 * 8, 1.0f), lse(2 * 3 * 2, 0.0f), out(3 * 2 * 8, kSentinel);
+  lse[0] = -INFINITY;  // an empty state: fine
+  const Tensor to(o.data(), DType::f32, {2, 3, 2, 8}), tl(lse.data(), DType::f32, {2, 3, 2}),
+      tout(out.data(), DType::f32, {3, 2, 8});
+  EXPECT_NO_THROW(merge_states(to, tl, tout, Tensor{}));
+  std::fill(out.begin(), out.end(), kSentinel);
+  for (float bad : {INFINITY, NAN}) {
+    lse[(1 * 3 + 2) * 2 + 1] = bad;  // (state 1, token 2, head 1)
+    try {
+      merge_states(to, tl, tout, Tensor{});
+      ADD_FAILURE() << "no error for an lse of " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "lse_states[1, 2, 1]") << e.what();
+    }
+    for (float x : out) ASSERT_EQ(x, kSentinel);
+  }
+}
+
 TEST(Validation, HeadDimOfKMatchesQ) {
   Problem p;
   Tensor k(p.k.data(), DType::f32, {p.b, p.sk, p.hkv / 2, p.d * 2});
