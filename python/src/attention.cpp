@@ -8,11 +8,6 @@ namespace {
 
 Tensor raw_tensor(nb::tuple t, const char* name);
 
-std::string py_type_name(nb::handle obj) {
-  return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))
-                                           .attr("__qualname__")));
-}
-
 std::string describe_dtype(const nb::dlpack::dtype& dt) {
   const char* kind = "?";
   switch (static_cast<nb::dlpack::dtype_code>(dt.code)) {
@@ -80,7 +75,69 @@ Tensor raw_tensor(nb::tuple t, const char* name) {
   }
 }
 
+// What to_tensor needs of an imported array, whichever nanobind type imported it.
+struct ArrayView {
+  void* data;
+  nb::dlpack::dtype dtype;
+  int device_type, device_id, ndim;
+  std::int64_t shape[kMaxRank] = {}, stride[kMaxRank] = {};
+  bool has_strides;
+};
+
+template <class A>
+ArrayView view_of(const A& a, const char* name) {
+  ArrayView v{};
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  v.dtype = a.dtype();
+  v.device_type = a.device_type();
+  v.device_id = a.device_id();
+  v.ndim = static_cast<int>(a.ndim());
+  if (v.ndim > kMaxRank)
+    throw nb::value_error((std::string(name) + ": expected at most " + std::to_string(kMaxRank) + " dims, got " +
+                           std::to_string(v.ndim))
+                              .c_str());
+  v.has_strides = a.stride_ptr() != nullptr;
+  for (int d = 0; d < v.ndim; ++d) {
+    v.shape[d] = static_cast<std::int64_t>(a.shape(d));
+    v.stride[d] = v.has_strides ? a.stride(d) : 0;
+  }
+  return v;
+}
+
+// Imports `arr` (an array, not a descriptor) for `role`, keeping it alive in `arrays`.
+// Outputs are imported as writable: nanobind then refuses an array that its exporter marks
+// read-only (numpy >= 2.1 flags it in a versioned DLPack capsule; older numpy refuses the
+// DLPack export and nanobind falls back to a writable buffer-protocol request, which a
+// read-only array also refuses). A second, read-only import tells "read-only" from "not an array".
+ArrayView import_array(nb::handle arr, const char* name, ArgArrays& arrays, Role role) {
+  if (role == Role::output) {
+    nb::ndarray<> w;
+    if (nb::try_cast<nb::ndarray<>>(arr, w, /*convert=*/false)) {
+      const ArrayView v = view_of(w, name);
+      arrays.held_writable.push_back(std::move(w));
+      return v;
+    }
+  }
+  Array a;
+  if (!nb::try_cast<Array>(arr, a, /*convert=*/false))
+    type_error(std::string(name) + ": expected an array with DLPack or buffer protocol support (numpy, torch, cupy, jax), got " +
+               py_type_name(arr));
+  if (role == Role::output) read_only_error(name);
+  const ArrayView v = view_of(a, name);
+  arrays.held.push_back(std::move(a));
+  return v;
+}
+
 }  // namespace
+
+std::string py_type_name(nb::handle obj) {
+  return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())))
+                                           .attr("__qualname__")));
+}
+
+void read_only_error(const char* name) {
+  throw Error(ErrorCode::invalid_argument, name, std::string(name) + ": expected a writable array, got a read-only one");
+}
 
 DType parse_dtype(const std::string& s, const char* name) {
   if (s == "fp32" || s == "float32" || s == "f32") return DType::f32;
@@ -98,7 +155,7 @@ KVLayout parse_layout(const std::string& s, const char* name) {
   throw nb::value_error((std::string(name) + ": expected 'NHD' or 'HND', got '" + s + "'").c_str());
 }
 
-Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optional) {
+Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optional, Role role) {
   if (obj.is_none()) {
     if (optional) return Tensor{};
     type_error(std::string(name) + ": expected an array, got None");
@@ -115,11 +172,8 @@ Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optio
     override_dtype = parse_dtype(nb::cast<std::string>(t[1]), name);
     has_override = true;
   }
-  Array a;
-  if (!nb::try_cast<Array>(arr, a, /*convert=*/false))
-    type_error(std::string(name) + ": expected an array with DLPack or buffer protocol support (numpy, torch, cupy, jax), got " +
-               py_type_name(arr));
-  const nb::dlpack::dtype dt = a.dtype();
+  const ArrayView a = import_array(arr, name, arrays, role);
+  const nb::dlpack::dtype dt = a.dtype;
   DType dtype;
   if (has_override) {
     if (dt.lanes != 1 || dt.bits != 8 * dtype_size(override_dtype))
@@ -131,34 +185,21 @@ Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optio
                describe_dtype(dt));
   }
   Device device;
-  switch (a.device_type()) {
+  switch (a.device_type) {
     case nb::device::cpu::value:
     case nb::device::cuda_host::value: device = Device::cpu(); break;
     case nb::device::cuda::value:
-    case nb::device::cuda_managed::value: device = Device::cuda(a.device_id()); break;
+    case nb::device::cuda_managed::value: device = Device::cuda(a.device_id); break;
     default:
       throw nb::value_error((std::string(name) + ": expected an array on the cpu or a cuda device, got DLPack device type " +
-                             std::to_string(a.device_type()))
+                             std::to_string(a.device_type))
                                 .c_str());
   }
-  const int rank = static_cast<int>(a.ndim());
-  if (rank > kMaxRank)
-    throw nb::value_error((std::string(name) + ": expected at most " + std::to_string(kMaxRank) + " dims, got " +
-                           std::to_string(rank))
-                              .c_str());
-  std::int64_t shape[kMaxRank] = {}, stride[kMaxRank] = {};
   bool empty = false;
-  for (int d = 0; d < rank; ++d) {
-    shape[d] = static_cast<std::int64_t>(a.shape(d));
-    stride[d] = a.stride_ptr() ? a.stride(d) : 0;
-    empty = empty || shape[d] == 0;
-  }
+  for (int d = 0; d < a.ndim; ++d) empty = empty || a.shape[d] == 0;
   // Strides of an empty array mean nothing (exporters report 0 or anything): use contiguous.
-  const bool use_strides = a.stride_ptr() && !empty;
-  Tensor t = Tensor::from_arrays(const_cast<void*>(a.data()), dtype, rank, shape, use_strides ? stride : nullptr,
-                                 device);
-  arrays.held.push_back(std::move(a));
-  return t;
+  const bool use_strides = a.has_strides && !empty;
+  return Tensor::from_arrays(a.data, dtype, a.ndim, a.shape, use_strides ? a.stride : nullptr, device);
 }
 
 void bind_attention(nb::module_& m) {
@@ -168,7 +209,7 @@ void bind_attention(nb::module_& m) {
          int window_left, int window_right, float softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
-        const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+        const Tensor to = to_output(out, "out", arrays), tl = to_output(lse, "lse", arrays, true);
         const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
@@ -189,7 +230,7 @@ void bind_attention(nb::module_& m) {
         d.q = to_tensor(descale_q, "descale_q", arrays, true);
         d.k = to_tensor(descale_k, "descale_k", arrays, true);
         d.v = to_tensor(descale_v, "descale_v", arrays, true);
-        const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+        const Tensor to = to_output(out, "out", arrays), tl = to_output(lse, "lse", arrays, true);
         const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
@@ -212,7 +253,7 @@ void bind_attention(nb::module_& m) {
         d.q = to_tensor(descale_q, "descale_q", arrays, true);
         d.k = to_tensor(descale_k, "descale_k", arrays, true);
         d.v = to_tensor(descale_v, "descale_v", arrays, true);
-        const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+        const Tensor to = to_output(out, "out", arrays), tl = to_output(lse, "lse", arrays, true);
         const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
@@ -232,7 +273,7 @@ void bind_attention(nb::module_& m) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
         const Tensor tcq = to_tensor(cu_q, "cu_seqlens_q", arrays), tck = to_tensor(cu_k, "cu_seqlens_k", arrays);
-        const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+        const Tensor to = to_output(out, "out", arrays), tl = to_output(lse, "lse", arrays, true);
         const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
@@ -252,8 +293,8 @@ void bind_attention(nb::module_& m) {
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
         const Tensor to = to_tensor(out, "out", arrays), tdo = to_tensor(dout, "dout", arrays);
         const Tensor tl = to_tensor(lse, "lse", arrays);
-        const Tensor tdq = to_tensor(dq, "dq", arrays), tdk = to_tensor(dk, "dk", arrays),
-                     tdv = to_tensor(dv, "dv", arrays);
+        const Tensor tdq = to_output(dq, "dq", arrays), tdk = to_output(dk, "dk", arrays),
+                     tdv = to_output(dv, "dv", arrays);
         const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, false, deterministic);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
@@ -274,8 +315,8 @@ void bind_attention(nb::module_& m) {
         const Tensor tcq = to_tensor(cu_q, "cu_seqlens_q", arrays), tck = to_tensor(cu_k, "cu_seqlens_k", arrays);
         const Tensor to = to_tensor(out, "out", arrays), tdo = to_tensor(dout, "dout", arrays);
         const Tensor tl = to_tensor(lse, "lse", arrays);
-        const Tensor tdq = to_tensor(dq, "dq", arrays), tdk = to_tensor(dk, "dk", arrays),
-                     tdv = to_tensor(dv, "dv", arrays);
+        const Tensor tdq = to_output(dq, "dq", arrays), tdk = to_output(dk, "dk", arrays),
+                     tdv = to_output(dv, "dv", arrays);
         const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, false, deterministic);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
@@ -292,7 +333,7 @@ void bind_attention(nb::module_& m) {
          int num_threads) {
         ArgArrays arrays;
         const Tensor to = to_tensor(o_states, "o_states", arrays), tl = to_tensor(lse_states, "lse_states", arrays);
-        const Tensor tout = to_tensor(out, "out", arrays), tol = to_tensor(out_lse, "out_lse", arrays, true);
+        const Tensor tout = to_output(out, "out", arrays), tol = to_output(out_lse, "out_lse", arrays, true);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
         merge_states(to, tl, tout, tol, ctx);
