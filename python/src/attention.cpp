@@ -136,7 +136,8 @@ std::string py_type_name(nb::handle obj) {
 }
 
 void read_only_error(const char* name) {
-  throw Error(ErrorCode::invalid_argument, name, std::string(name) + ": expected a writable array, got a read-only one");
+  throw Error(ErrorCode::invalid_argument, name,
+              std::string(name) + ": expected a writable array, got a read-only one");
 }
 
 DType parse_dtype(const std::string& s, const char* name) {
@@ -215,9 +216,9 @@ void bind_attention(nb::module_& m) {
         nb::gil_scoped_release release;
         attention_forward(tq, tk, tv, to, tl, o, ctx);
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(), nb::arg("scale").none(),
-      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"),
-      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+      nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
+      nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
+      nb::arg("softcap"), nb::arg("return_lse"), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "attention_forward_fp8",
@@ -236,10 +237,10 @@ void bind_attention(nb::module_& m) {
         nb::gil_scoped_release release;
         attention_forward_fp8(tq, tk, tv, d, to, tl, o, ctx);
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("descale_q").none(), nb::arg("descale_k").none(),
-      nb::arg("descale_v").none(), nb::arg("out"), nb::arg("lse").none(), nb::arg("scale").none(), nb::arg("causal"),
-      nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"),
-      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+      nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("descale_q").none(),
+      nb::arg("descale_k").none(), nb::arg("descale_v").none(), nb::arg("out").none(), nb::arg("lse").none(),
+      nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
+      nb::arg("softcap"), nb::arg("return_lse"), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "attention_forward_fp8_ragged",
@@ -259,11 +260,11 @@ void bind_attention(nb::module_& m) {
         nb::gil_scoped_release release;
         attention_forward_fp8_ragged(tq, tk, tv, tcq, tck, d, to, tl, o, ctx);
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"),
-      nb::arg("descale_q").none(), nb::arg("descale_k").none(), nb::arg("descale_v").none(), nb::arg("out"),
-      nb::arg("lse").none(), nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"),
-      nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"), nb::arg("stream") = 0,
-      nb::arg("num_threads") = 0);
+      nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("cu_seqlens_q").none(),
+      nb::arg("cu_seqlens_k").none(), nb::arg("descale_q").none(), nb::arg("descale_k").none(),
+      nb::arg("descale_v").none(), nb::arg("out").none(), nb::arg("lse").none(), nb::arg("scale").none(),
+      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"),
+      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "attention_forward_ragged",
@@ -279,10 +280,10 @@ void bind_attention(nb::module_& m) {
         nb::gil_scoped_release release;
         attention_forward_ragged(tq, tk, tv, tcq, tck, to, tl, o, ctx);
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"), nb::arg("out"),
-      nb::arg("lse").none(), nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"),
-      nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"), nb::arg("stream") = 0,
-      nb::arg("num_threads") = 0);
+      nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("cu_seqlens_q").none(),
+      nb::arg("cu_seqlens_k").none(), nb::arg("out").none(), nb::arg("lse").none(), nb::arg("scale").none(),
+      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("return_lse"),
+      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "attention_backward",
@@ -300,10 +301,10 @@ void bind_attention(nb::module_& m) {
         nb::gil_scoped_release release;
         attention_backward(tq, tk, tv, to, tdo, tl, tdq, tdk, tdv, o, ctx);
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("dout"), nb::arg("lse"), nb::arg("dq"),
-      nb::arg("dk"), nb::arg("dv"), nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"),
-      nb::arg("window_right"), nb::arg("softcap"), nb::arg("deterministic"), nb::arg("stream") = 0,
-      nb::arg("num_threads") = 0);
+      nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("dout").none(),
+      nb::arg("lse").none(), nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(),
+      nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
+      nb::arg("softcap"), nb::arg("deterministic"), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "attention_backward_ragged",
@@ -322,10 +323,11 @@ void bind_attention(nb::module_& m) {
         nb::gil_scoped_release release;
         attention_backward_ragged(tq, tk, tv, tcq, tck, to, tdo, tl, tdq, tdk, tdv, o, ctx);
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"), nb::arg("out"),
-      nb::arg("dout"), nb::arg("lse"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("scale").none(),
-      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"),
-      nb::arg("deterministic"), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+      nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("cu_seqlens_q").none(),
+      nb::arg("cu_seqlens_k").none(), nb::arg("out").none(), nb::arg("dout").none(), nb::arg("lse").none(),
+      nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::arg("scale").none(), nb::arg("causal"),
+      nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("deterministic"),
+      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "merge_states",
@@ -338,8 +340,8 @@ void bind_attention(nb::module_& m) {
         nb::gil_scoped_release release;
         merge_states(to, tl, tout, tol, ctx);
       },
-      nb::arg("o_states"), nb::arg("lse_states"), nb::arg("out"), nb::arg("out_lse").none(), nb::arg("stream") = 0,
-      nb::arg("num_threads") = 0);
+      nb::arg("o_states").none(), nb::arg("lse_states").none(), nb::arg("out").none(), nb::arg("out_lse").none(),
+      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 }
 
 }  // namespace tessera::py

@@ -81,7 +81,8 @@ Workspace make_workspace(nb::handle obj, ArgArrays& arrays) {
   if (!nb::try_cast<nb::ndarray<>>(obj, a, false)) {
     Array ro;
     if (nb::try_cast<Array>(obj, ro, false)) read_only_error("workspace");
-    throw nb::type_error(("workspace: expected a contiguous array (numpy, torch, cupy), got " + py_type_name(obj)).c_str());
+    throw nb::type_error(
+        ("workspace: expected a contiguous array (numpy, torch, cupy), got " + py_type_name(obj)).c_str());
   }
   const Workspace w = workspace_of(a);
   arrays.held_writable.push_back(std::move(a));
@@ -105,7 +106,7 @@ void bind_paged(nb::module_& m) {
         const Tensor bt = to_tensor(block_table, "block_table", arrays);
         return to_tuple(block_table_to_page_table(bt, kv_lens, page_size));
       },
-      nb::arg("block_table"), nb::arg("kv_lens"), nb::arg("page_size"));
+      nb::arg("block_table").none(), nb::arg("kv_lens"), nb::arg("page_size"));
 
   m.def(
       "append_paged_kv",
@@ -121,9 +122,9 @@ void bind_paged(nb::module_& m) {
         nb::gil_scoped_release release;
         append_paged_kv(cache, table, ai, nk, nv, ctx);
       },
-      nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("layout"), nb::arg("kv_indptr"), nb::arg("kv_indices"),
-      nb::arg("kv_last_page_len"), nb::arg("append_indptr"), nb::arg("new_k"), nb::arg("new_v"),
-      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+      nb::arg("k_pages").none(), nb::arg("v_pages").none(), nb::arg("layout"), nb::arg("kv_indptr").none(),
+      nb::arg("kv_indices").none(), nb::arg("kv_last_page_len").none(), nb::arg("append_indptr").none(),
+      nb::arg("new_k").none(), nb::arg("new_v").none(), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "copy_pages",
@@ -136,8 +137,8 @@ void bind_paged(nb::module_& m) {
         nb::gil_scoped_release release;
         copy_pages(cache, ts, td, ctx);
       },
-      nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("layout"), nb::arg("src_pages"), nb::arg("dst_pages"),
-      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+      nb::arg("k_pages").none(), nb::arg("v_pages").none(), nb::arg("layout"), nb::arg("src_pages").none(),
+      nb::arg("dst_pages").none(), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "query_device",
@@ -207,7 +208,7 @@ void bind_paged(nb::module_& m) {
             b.plan(q_lens, kv_lens, f, w, make_ctx(stream, 0));
           },
           nb::arg("q_lens"), nb::arg("kv_lens"), nb::arg("kind"), nb::arg("index"), nb::arg("num_sms"),
-          nb::arg("workspace"), nb::arg("stream") = 0)
+          nb::arg("workspace").none(), nb::arg("stream") = 0)
       .def(
           "run",
           [](const BatchAttention& b, nb::handle q, nb::handle k_pages, nb::handle v_pages, const std::string& layout,
@@ -223,9 +224,10 @@ void bind_paged(nb::module_& m) {
             nb::gil_scoped_release release;
             b.run(tq, cache, table, to, tl, w, ctx);
           },
-          nb::arg("q"), nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("layout"), nb::arg("kv_indptr"),
-          nb::arg("kv_indices"), nb::arg("kv_last_page_len"), nb::arg("out"), nb::arg("lse").none(),
-          nb::arg("workspace"), nb::arg("stream") = 0, nb::arg("num_threads") = 0)
+          nb::arg("q").none(), nb::arg("k_pages").none(), nb::arg("v_pages").none(), nb::arg("layout"),
+          nb::arg("kv_indptr").none(), nb::arg("kv_indices").none(), nb::arg("kv_last_page_len").none(),
+          nb::arg("out").none(), nb::arg("lse").none(), nb::arg("workspace").none(), nb::arg("stream") = 0,
+          nb::arg("num_threads") = 0)
       .def_prop_ro("planned_batch", &BatchAttention::planned_batch)
       .def_prop_ro("planned_q_tokens", &BatchAttention::planned_q_tokens)
       .def_prop_ro("planned_work_items", &BatchAttention::planned_work_items)

@@ -218,8 +218,9 @@ def attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(
     if _is_torch(q):
         _torch = _torch_module()
         if _torch.eager_no_grad(q, k, v):
-            return _forward_ragged(q, k, v, _torch._to_index(cu_seqlens_q, q), _torch._to_index(cu_seqlens_k, q),
-                                   causal, window, softcap, scale, return_lse)
+            return _forward_ragged(q, k, v, _torch._to_index(cu_seqlens_q, q, "cu_seqlens_q"),
+                                   _torch._to_index(cu_seqlens_k, q, "cu_seqlens_k"), causal, window, softcap, scale,
+                                   return_lse)
         return _torch.attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window, softcap, scale,
                                        return_lse)
     return _forward_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window, softcap, scale, return_lse)

@@ -155,6 +155,20 @@ class PagePool:
         return f"PagePool(num_pages={self.num_pages}, page_size={self.page_size}, free_pages={self.free_pages})"
 
 
+def _check_cache(cache):
+    if not isinstance(cache, PagedKVCache):
+        raise TypeError(f"cache: expected a PagedKVCache, got {_type_name(cache)}")
+
+
+def _check_table(table):
+    if not isinstance(table, PageTable):
+        raise TypeError(f"table: expected a PageTable, got {_type_name(table)}")
+
+
+def _type_name(x):
+    return "None" if x is None else type(x).__qualname__
+
+
 def _table_arrays(table, fw, like, keep):
     """The table's arrays for the extension. Copies made here (a host table for a device cache)
     are appended to `keep`, which the caller holds until the call returns: a raw descriptor
@@ -175,6 +189,8 @@ def append_paged_kv(cache, table, append_indptr, new_k, new_v):
     append_indptr[b] .. append_indptr[b+1] of new_k/new_v (total_new, heads_kv, head_dim)
     and become its last positions.
     """
+    _check_cache(cache)
+    _check_table(table)
     fw = adapter_for(cache.k_pages, "cache.k_pages")
     like = cache.k_pages
     if isinstance(append_indptr, (list, tuple)) or (fw.name != "numpy" and isinstance(append_indptr, np.ndarray)):
@@ -188,6 +204,7 @@ def append_paged_kv(cache, table, append_indptr, new_k, new_v):
 
 def copy_pages(cache, src_pages, dst_pages):
     """Copy whole pages, K and V: page dst[i] := page src[i] (prefix sharing, copy-on-write)."""
+    _check_cache(cache)
     fw = adapter_for(cache.k_pages, "cache.k_pages")
     like = cache.k_pages
     src, dst = src_pages, dst_pages
@@ -262,6 +279,8 @@ class BatchAttention:
         if self.workspace is None:
             raise ValueError("workspace: expected plan() to have been called before run(), got no plan")
         fw = adapter_for(q)
+        _check_cache(cache)
+        _check_table(table)
         if out is None:
             out = fw.empty_like(q)
         if self.return_lse and lse is None:

@@ -163,3 +163,85 @@ def test_read_only_without_dlpack_flag():
     with raises_named(ValueError, "out", RO_MSG):
         tessera._C.attention_forward(q, k, v, o, None, None, False, -1, -1, 0.0, False, 0, 0)
     assert not np.asarray(o).any()
+
+
+# ---- 2. None (or another framework's array) for a required array -----------------------------
+
+def _none_cases():
+    q, k, v = qkv()
+    out, lse = tessera.attention(q, k, v, return_lse=True)
+    qr, kr = q[0], k[0]
+    o_states, lse_states = np.zeros((2, 3, 2, 8), np.float32), np.zeros((2, 3, 2), np.float32)
+    return [
+        ("q", lambda: tessera.attention(None, k, v)),
+        ("k", lambda: tessera.attention(q, None, v)),
+        ("v", lambda: tessera.attention(q, k, None)),
+        ("out", lambda: tessera.attention_backward(q, k, v, None, out, lse)),
+        ("dout", lambda: tessera.attention_backward(q, k, v, out, None, lse)),
+        ("lse", lambda: tessera.attention_backward(q, k, v, out, out, None)),
+        ("cu_seqlens_q", lambda: tessera.attention_ragged(qr, kr, kr, None, [0, 8])),
+        ("cu_seqlens_k", lambda: tessera.attention_ragged(qr, kr, kr, [0, 8], None)),
+        ("cu_seqlens_k", lambda: tessera.attention_ragged_backward(qr, kr, kr, [0, 8], None, qr, qr, lse[0])),
+        ("o_states", lambda: tessera.merge_states(None, lse_states)),
+        ("lse_states", lambda: tessera.merge_states(o_states, None)),
+    ]
+
+
+@pytest.mark.parametrize("i", range(11))
+def test_none_for_a_required_array(i):
+    argument, call = _none_cases()[i]
+    with raises_named(TypeError, argument, "expected", "got None"):
+        call()
+
+
+def test_none_in_paged_calls():
+    pool, cache, table, nk, nv, ai = paged()
+    cases = [
+        ("append_indptr", lambda: tessera.append_paged_kv(cache, table, None, nk, nv)),
+        ("new_k", lambda: tessera.append_paged_kv(cache, table, ai, None, nv)),
+        ("new_v", lambda: tessera.append_paged_kv(cache, table, ai, nk, None)),
+        ("cache", lambda: tessera.append_paged_kv(None, table, ai, nk, nv)),
+        ("table", lambda: tessera.append_paged_kv(cache, None, ai, nk, nv)),
+        ("src_pages", lambda: tessera.copy_pages(cache, None, [5])),
+        ("dst_pages", lambda: tessera.copy_pages(cache, [1], None)),
+        ("cache", lambda: tessera.copy_pages(None, [1], [5])),
+        ("block_table", lambda: tessera.block_table_to_page_table(None, [3], 4)),
+        ("cache.k_pages", lambda: tessera.copy_pages(tessera.PagedKVCache(None, None), [1], [5])),
+    ]
+    for argument, call in cases:
+        with raises_named(TypeError, argument, "expected", "got None"):
+            call()
+    assert np.all(cache.k_pages == 3)
+    cache, table, ba, q = batch()
+    for argument, call in [("q", lambda: ba.run(None, cache, table)), ("cache", lambda: ba.run(q, None, table)),
+                           ("table", lambda: ba.run(q, cache, None)),
+                           ("workspace", lambda: ba._impl.plan([1], [3], "cpu", 0, 1, None, 0))]:
+        with raises_named(TypeError, argument, "expected", "got None"):
+            call()
+
+
+def test_torch_none_or_numpy_beside_a_torch_q():
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.from_numpy(x) for x in qkv())
+    kn = k.numpy()
+    out, lse = tessera.attention(q, k, v, return_lse=True)
+    cases = [
+        ("k", lambda: tessera.attention(q, None, v)),
+        ("k", lambda: tessera.attention(q, kn, v)),
+        ("v", lambda: tessera.attention(q, k, v.numpy())),
+        ("k", lambda: tessera.attention(q.clone().requires_grad_(), kn, v)),  # the custom op's path
+        ("k", lambda: tessera.attention(q.clone().requires_grad_(), None, v)),
+        ("k", lambda: tessera.attention_ragged(q[0], kn[0], v[0], [0, 8], [0, 8])),
+        ("cu_seqlens_q", lambda: tessera.attention_ragged(q[0], k[0], v[0], None, [0, 8])),
+        ("cu_seqlens_k", lambda: tessera.attention_ragged(q[0].clone().requires_grad_(), k[0], v[0], [0, 8], None)),
+        ("lse", lambda: tessera.attention_backward(q, k, v, out, out, None)),
+        ("dout", lambda: tessera.attention_backward(q, k, v, out, out.numpy(), lse)),
+        ("lse_states", lambda: tessera.merge_states(torch.zeros(2, 3, 2, 8), None)),
+        ("lse_states", lambda: tessera.merge_states(torch.zeros(2, 3, 2, 8), np.zeros((2, 3, 2), np.float32))),
+    ]
+    for argument, call in cases:
+        with raises_named(TypeError, argument, "expected"):
+            call()
+    with torch.no_grad():
+        with raises_named(TypeError, "k", "expected a torch.Tensor", "got numpy.ndarray"):
+            tessera.attention(q, kn, v)
