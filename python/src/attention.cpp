@@ -156,6 +156,24 @@ KVLayout parse_layout(const std::string& s, const char* name) {
   throw nb::value_error((std::string(name) + ": expected 'NHD' or 'HND', got '" + s + "'").c_str());
 }
 
+namespace {
+
+// "expected dtype" makes it a DTypeError (module.cpp).
+[[noreturn]] void index_dtype_error(const char* name, const std::string& got) {
+  throw Error(ErrorCode::invalid_argument, name, std::string(name) + ": expected dtype int32, got dtype " + got);
+}
+
+// An index argument must be int32 and have dims (a 0-d array would read as absent).
+Tensor checked_index(const Tensor& t, const char* name) {
+  if (t.dtype != DType::i32) index_dtype_error(name, dtype_name(t.dtype));
+  if (t.rank == 0)
+    throw Error(ErrorCode::invalid_argument, name,
+                std::string(name) + ": expected an int32 array with dims, got 0 dims (a scalar)");
+  return t;
+}
+
+}  // namespace
+
 Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optional, Role role) {
   if (obj.is_none()) {
     if (optional) return Tensor{};
@@ -164,7 +182,10 @@ Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optio
   nb::handle arr = obj;
   bool has_override = false;
   DType override_dtype = DType::f32;
-  if (nb::isinstance<nb::tuple>(obj) && nb::len(obj) == 6) return raw_tensor(nb::borrow<nb::tuple>(obj), name);
+  if (nb::isinstance<nb::tuple>(obj) && nb::len(obj) == 6) {
+    const Tensor t = raw_tensor(nb::borrow<nb::tuple>(obj), name);
+    return role == Role::index ? checked_index(t, name) : t;
+  }
   if (nb::isinstance<nb::tuple>(obj)) {
     nb::tuple t = nb::borrow<nb::tuple>(obj);
     if (t.size() != 2 || !nb::isinstance<nb::str>(t[1]))
@@ -182,6 +203,7 @@ Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optio
                  "-bit elements to reinterpret as " + dtype_name(override_dtype) + ", got dtype " + describe_dtype(dt));
     dtype = override_dtype;
   } else if (!native_dtype(dt, &dtype)) {
+    if (role == Role::index) index_dtype_error(name, describe_dtype(dt));  // int64, uint32, ...
     type_error(std::string(name) + ": expected dtype one of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int32, got " +
                describe_dtype(dt));
   }
@@ -200,7 +222,8 @@ Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optio
   for (int d = 0; d < a.ndim; ++d) empty = empty || a.shape[d] == 0;
   // Strides of an empty array mean nothing (exporters report 0 or anything): use contiguous.
   const bool use_strides = a.has_strides && !empty;
-  return Tensor::from_arrays(a.data, dtype, a.ndim, a.shape, use_strides ? a.stride : nullptr, device);
+  const Tensor t = Tensor::from_arrays(a.data, dtype, a.ndim, a.shape, use_strides ? a.stride : nullptr, device);
+  return role == Role::index ? checked_index(t, name) : t;
 }
 
 void bind_attention(nb::module_& m) {
@@ -249,7 +272,7 @@ void bind_attention(nb::module_& m) {
          int window_left, int window_right, float softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
-        const Tensor tcq = to_tensor(cu_q, "cu_seqlens_q", arrays), tck = to_tensor(cu_k, "cu_seqlens_k", arrays);
+        const Tensor tcq = to_index(cu_q, "cu_seqlens_q", arrays), tck = to_index(cu_k, "cu_seqlens_k", arrays);
         Fp8Descale d;
         d.q = to_tensor(descale_q, "descale_q", arrays, true);
         d.k = to_tensor(descale_k, "descale_k", arrays, true);
@@ -273,7 +296,7 @@ void bind_attention(nb::module_& m) {
          std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
-        const Tensor tcq = to_tensor(cu_q, "cu_seqlens_q", arrays), tck = to_tensor(cu_k, "cu_seqlens_k", arrays);
+        const Tensor tcq = to_index(cu_q, "cu_seqlens_q", arrays), tck = to_index(cu_k, "cu_seqlens_k", arrays);
         const Tensor to = to_output(out, "out", arrays), tl = to_output(lse, "lse", arrays, true);
         const AttentionOptions o = make_options(scale, causal, window_left, window_right, softcap, return_lse, false);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
@@ -313,7 +336,7 @@ void bind_attention(nb::module_& m) {
          int window_right, float softcap, bool deterministic, std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
-        const Tensor tcq = to_tensor(cu_q, "cu_seqlens_q", arrays), tck = to_tensor(cu_k, "cu_seqlens_k", arrays);
+        const Tensor tcq = to_index(cu_q, "cu_seqlens_q", arrays), tck = to_index(cu_k, "cu_seqlens_k", arrays);
         const Tensor to = to_tensor(out, "out", arrays), tdo = to_tensor(dout, "dout", arrays);
         const Tensor tl = to_tensor(lse, "lse", arrays);
         const Tensor tdq = to_output(dq, "dq", arrays), tdk = to_output(dk, "dk", arrays),

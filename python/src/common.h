@@ -28,6 +28,7 @@ struct ArgArrays {
 enum class Role {
   input,   // read: any dtype tessera has, read-only arrays fine
   output,  // written (out, lse, gradients, pages being filled): must be writable
+  index,   // int32 offsets or indices (cu_seqlens, page tables, page lists): int32 with dims
 };
 
 // Converts `obj` into a Tensor view.
@@ -36,11 +37,15 @@ enum class Role {
 //   (array, "bf16" | "fp16" | "fp8_e4m3" | ...) -> the array's bits reinterpreted as that
 //                                dtype (for frameworks whose DLPack export lacks the dtype)
 // Throws TypeError naming `name` for objects that are not arrays or have unsupported dtypes,
-// and an invalid_argument tessera::Error for a read-only array in an output role.
+// and an invalid_argument tessera::Error for a read-only array in an output role, an index
+// array that is not int32 ("expected dtype int32", so a DTypeError) or has 0 dims.
 Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optional = false,
                  Role role = Role::input);
 inline Tensor to_output(nb::handle obj, const char* name, ArgArrays& arrays, bool optional = false) {
   return to_tensor(obj, name, arrays, optional, Role::output);
+}
+inline Tensor to_index(nb::handle obj, const char* name, ArgArrays& arrays) {
+  return to_tensor(obj, name, arrays, false, Role::index);
 }
 
 // The name of obj's type ("ndarray", "NoneType"), for messages.

@@ -32,9 +32,9 @@ PagedKVCache make_cache(nb::handle k_pages, nb::handle v_pages, const std::strin
 
 PageTable make_table(nb::handle indptr, nb::handle indices, nb::handle last_len, ArgArrays& arrays) {
   PageTable t;
-  t.kv_indptr = to_tensor(indptr, "kv_indptr", arrays);
-  t.kv_indices = to_tensor(indices, "kv_indices", arrays);
-  t.kv_last_page_len = to_tensor(last_len, "kv_last_page_len", arrays);
+  t.kv_indptr = to_index(indptr, "kv_indptr", arrays);
+  t.kv_indices = to_index(indices, "kv_indices", arrays);
+  t.kv_last_page_len = to_index(last_len, "kv_last_page_len", arrays);
   return t;
 }
 
@@ -103,7 +103,7 @@ void bind_paged(nb::module_& m) {
       "block_table_to_page_table",
       [](nb::handle block_table, const I32& kv_lens, int page_size) {
         ArgArrays arrays;
-        const Tensor bt = to_tensor(block_table, "block_table", arrays);
+        const Tensor bt = to_index(block_table, "block_table", arrays);
         return to_tuple(block_table_to_page_table(bt, kv_lens, page_size));
       },
       nb::arg("block_table").none(), nb::arg("kv_lens"), nb::arg("page_size"));
@@ -116,7 +116,7 @@ void bind_paged(nb::module_& m) {
         ArgArrays arrays;
         const PagedKVCache cache = make_cache(k_pages, v_pages, layout, arrays, Role::output);
         const PageTable table = make_table(indptr, indices, last_len, arrays);
-        const Tensor ai = to_tensor(append_indptr, "append_indptr", arrays);
+        const Tensor ai = to_index(append_indptr, "append_indptr", arrays);
         const Tensor nk = to_tensor(new_k, "new_k", arrays), nv = to_tensor(new_v, "new_v", arrays);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
@@ -132,7 +132,7 @@ void bind_paged(nb::module_& m) {
          std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const PagedKVCache cache = make_cache(k_pages, v_pages, layout, arrays, Role::output);
-        const Tensor ts = to_tensor(src, "src_pages", arrays), td = to_tensor(dst, "dst_pages", arrays);
+        const Tensor ts = to_index(src, "src_pages", arrays), td = to_index(dst, "dst_pages", arrays);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
         copy_pages(cache, ts, td, ctx);

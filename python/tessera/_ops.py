@@ -8,17 +8,18 @@ fp32, (batch, heads_q, seq_q) dense or (heads_q, total_q) ragged.
 
 import sys
 
+import numpy as np
+
 from . import _C
 from ._arrays import adapter_for
+from ._checks import INT32_MAX, INT32_MIN, index_array, integer
 
 _config = {"num_threads": 0}
 
 
 def set_num_threads(n: int) -> None:
     """Bound the CPU backend's worker threads (0 = all cores)."""
-    if int(n) < 0:
-        raise ValueError(f"num_threads: expected >= 0 (0 = all cores), got {n}")
-    _config["num_threads"] = int(n)
+    _config["num_threads"] = integer(n, "num_threads", 0, INT32_MAX)
 
 
 def get_num_threads() -> int:
@@ -42,19 +43,23 @@ def _is_torch(x) -> bool:
 
 
 def _window(window):
+    """(left, right) as int32 ints; -1 = unbounded (the library checks the rest)."""
     try:
         left, right = window
-        return int(left), int(right)
     except (TypeError, ValueError):
         raise ValueError(f"window: expected a pair (left, right) with -1 = unbounded, got {window!r}") from None
+    if type(left) is int and type(right) is int and INT32_MIN <= left <= INT32_MAX and INT32_MIN <= right <= INT32_MAX:
+        return left, right  # the common case, cheaply
+    return integer(left, "window"), integer(right, "window")
 
 
 def _index(fw, values, like, name):
-    """cu_seqlens and friends: lists/tuples/host arrays become int32 arrays on like's device."""
-    if isinstance(values, (list, tuple)):
-        return fw.index_array(values, like)
-    if fw.name != "numpy" and type(values).__module__.partition(".")[0] == "numpy":
-        return fw.index_array(values, like)  # host numpy with device q: copy across
+    """cu_seqlens and friends: lists/tuples of integers become int32 arrays on like's device (each
+    value checked), host numpy arrays must be int32 (copied across for a device q)."""
+    if isinstance(values, (list, tuple, np.ndarray)):
+        values = index_array(values, name)
+        if fw.name != "numpy":
+            return fw.index_array(values, like)  # host values with a framework q: copy across
     return values
 
 

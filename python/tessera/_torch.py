@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils import _python_dispatch
 
-from . import _ops
+from . import _checks, _ops
 from ._arrays import adapter_for_module
 
 
@@ -232,11 +232,13 @@ def _check_tensors(like_name, like, **named):
 
 
 def _to_index(values, like, name):
+    """A Tensor as it is (the extension checks it is int32); a list or host array checked on the
+    host (integers that fit int32; numpy arrays int32) and moved to like's device."""
     if isinstance(values, Tensor):
         return values
     if values is None:
         raise TypeError(f"{name}: expected an int32 tensor or a sequence of integers, got None")
-    return torch.as_tensor(values, dtype=torch.int32, device=like.device)
+    return torch.as_tensor(_checks.index_array(values, name), device=like.device)
 
 
 def attention(q, k, v, causal, window, softcap, scale, return_lse):

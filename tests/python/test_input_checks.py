@@ -245,3 +245,180 @@ def test_torch_none_or_numpy_beside_a_torch_q():
     with torch.no_grad():
         with raises_named(TypeError, "k", "expected a torch.Tensor", "got numpy.ndarray"):
             tessera.attention(q, kn, v)
+
+
+# ---- 3. non-integers are not truncated; int64 is not wrapped ----------------------------------
+
+def test_float_cu_seqlens_are_rejected_not_truncated():
+    q, k, v = (x[0] for x in qkv())
+    for cu in ([0, 2.7, 8], [0, 2.0, 8], (0, 5.5, 8)):  # [0, 2.7, 8] ran as [0, 2, 8]
+        with raises_named(TypeError, "cu_seqlens_q[1]", "expected an integer, got float"):
+            tessera.attention_ragged(q, k, v, cu, [0, 8])
+        with raises_named(TypeError, "cu_seqlens_k[1]", "expected an integer, got float"):
+            tessera.attention_ragged_backward(q, k, v, [0, 8], cu, q, q, np.zeros((4, 8), np.float32))
+    with raises_named(TypeError, "cu_seqlens_q[0]", "got bool"):
+        tessera.attention_ragged(q, k, v, [False, True], [0, 8])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint32, np.int16])
+def test_index_arrays_of_another_dtype_say_int32(dtype):
+    q, k, v = (x[0] for x in qkv())
+    with raises_named(tessera.DTypeError, "cu_seqlens_q", "expected dtype int32, got dtype") as e:
+        tessera.attention_ragged(q, k, v, np.array([0, 8], dtype), [0, 8])
+    assert "fp16" not in str(e.value) and e.value.argument == "cu_seqlens_q"
+    _, cache, table, nk, nv, ai = paged()
+    with raises_named(TypeError, "src_pages", "expected dtype int32"):
+        tessera.copy_pages(cache, np.array([1], dtype), [5])
+    with raises_named(TypeError, "append_indptr", "expected dtype int32"):
+        tessera.append_paged_kv(cache, table, ai.astype(dtype), nk, nv)
+    bad = tessera.PageTable(table.kv_indptr.astype(dtype), table.kv_indices, table.kv_last_page_len, 4)
+    with raises_named(TypeError, "kv_indptr", "expected dtype int32"):
+        tessera.append_paged_kv(cache, bad, ai, nk, nv)
+    with raises_named(TypeError, "block_table", "expected dtype int32"):
+        tessera.block_table_to_page_table(np.array([[0, 1]], dtype), [8], 4)
+    assert np.all(cache.k_pages == 3)
+
+
+def test_float_indices_and_lengths_in_paged_calls():
+    pool, cache, table, nk, nv, ai = paged()
+    with raises_named(TypeError, "append_indptr[1]", "got float 7.9"):
+        tessera.append_paged_kv(cache, table, [0, 7.9, 8.2, 20], nk, nv)
+    with raises_named(TypeError, "src_pages[0]", "got float 1.7"):
+        tessera.copy_pages(cache, [1.7], [5])
+    with raises_named(TypeError, "dst_pages[0]", "got float 5.2"):
+        tessera.copy_pages(cache, [1], [5.2])
+    assert np.all(cache.k_pages == 3)
+    with raises_named(TypeError, "kv_lens[0]", "got float 7.5"):
+        tessera.block_table_to_page_table([[0, 1]], [7.5], 4)
+    with raises_named(TypeError, "block_table[0, 1]", "got float 1.5"):
+        tessera.block_table_to_page_table([[0, 1.5]], [8], 4)
+    with raises_named(ValueError, "kv_lens", "expected 1 dim"):
+        tessera.block_table_to_page_table([[0, 1]], [[8]], 4)
+    _, _, ba, _ = batch()
+    with raises_named(TypeError, "q_lens[0]", "got float 1.5"):
+        ba.plan([1.5], [3])
+    with raises_named(TypeError, "kv_lens[0]", "got float 3.5"):
+        ba.plan([1], [3.5])
+    with raises_named(TypeError, "kv_lens[0]", "got float 3.0"):
+        ba.plan([1], np.array([3.0], np.float32))
+    with raises_named(ValueError, "q_lens", "expected 1 dim", "2 dims"):  # was flattened
+        ba.plan([[1, 1]], [[3, 3]])
+    ba.plan(np.array([1, 2], np.int64), np.array([3, 4], np.uint16))  # lengths of any integer dtype are fine
+    assert ba.planned_batch == 2
+
+
+def test_float_scalars_are_rejected_not_truncated():
+    q, k, v = qkv()
+    with raises_named(TypeError, "window", "expected an integer, got float 1.5"):
+        tessera.attention(q, k, v, window=(1.5, 2.5))
+    with raises_named(TypeError, "num_threads", "got float 1.5"):
+        tessera.set_num_threads(1.5)
+    with raises_named(TypeError, "num_threads", "got bool"):
+        tessera.set_num_threads(True)
+    assert tessera.get_num_threads() == 0
+    with raises_named(TypeError, "num_pages", "got float 4.7"):
+        tessera.PagePool(4.7, 4)
+    with raises_named(TypeError, "page_size", "got float 4.5"):
+        tessera.BatchAttention(4, 2, 32, dtype="fp32", page_size=4.5)
+    with raises_named(TypeError, "page_size", "got float 4.5"):
+        tessera.PagedKVCache.zeros(4, 4.5, 2, 32)
+    pool = tessera.PagePool(4, 4)
+    s = pool.create_sequence()
+    with raises_named(TypeError, "num_tokens", "got float 2.5"):
+        pool.append_tokens(s, 2.5)
+    assert pool.length(s) == 0
+    np.testing.assert_array_equal(tessera.attention(q, k, v, window=(np.int64(2), np.int32(-1))),
+                                  tessera.attention(q, k, v, window=(2, -1)))  # numpy integers are integers
+
+
+def test_torch_index_values_are_checked():
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.from_numpy(x[0]) for x in qkv())
+    # numpy int64 [0, 2**32 + 8] with a torch q ran as [0, 8]
+    with raises_named(TypeError, "cu_seqlens_q", "expected dtype int32, got dtype int64"):
+        tessera.attention_ragged(q, k, v, np.array([0, 2**32 + 8], np.int64), [0, 8])
+    with raises_named(TypeError, "cu_seqlens_q[1]", "got float 5.9"):
+        tessera.attention_ragged(q, k, v, [0, 5.9, 8], [0, 8])
+    with raises_named(TypeError, "cu_seqlens_k[1]", "got float 2.5"):  # the custom op's path
+        tessera.attention_ragged(q.clone().requires_grad_(), k, v, [0, 8], [0, 2.5, 8])
+    with raises_named(ValueError, "cu_seqlens_q[1]", "2147483648"):
+        tessera.attention_ragged(q, k, v, [0, 2**31, 8], [0, 8])
+    for cu in (torch.tensor([0, 8]), torch.tensor([0.0, 8.0])):
+        with raises_named(TypeError, "cu_seqlens_q", "expected dtype int32, got dtype"):
+            tessera.attention_ragged(q, k, v, cu, [0, 8])
+    with raises_named(ValueError, "cu_seqlens_q", "0 dims"):
+        tessera.attention_ragged(q, k, v, torch.tensor(8, dtype=torch.int32), [0, 8])
+    pool, cache, table, nk, nv, ai = paged()
+    tc = tessera.PagedKVCache(torch.from_numpy(cache.k_pages), torch.from_numpy(cache.v_pages))
+    with raises_named(TypeError, "append_indptr", "expected dtype int32, got dtype int64"):
+        tessera.append_paged_kv(tc, table, ai.astype(np.int64), torch.from_numpy(nk), torch.from_numpy(nv))
+    bad = tessera.PageTable(table.kv_indptr.astype(np.int64), table.kv_indices, table.kv_last_page_len, 4)
+    with raises_named(TypeError, "kv_indptr", "expected dtype int32"):
+        tessera.append_paged_kv(tc, bad, ai, torch.from_numpy(nk), torch.from_numpy(nv))
+    assert np.all(cache.k_pages == 3)
+
+
+# ---- 4. Python ints beyond 32 bits ------------------------------------------------------------
+
+def test_ints_beyond_int32_name_the_argument_and_range():
+    q, k, v = qkv()
+    big = 2**31
+    cases = [
+        ("window", lambda: tessera.attention(q, k, v, window=(big, -1))),
+        ("window", lambda: tessera.attention(q, k, v, window=(-1, -2**40))),
+        ("num_threads", lambda: tessera.set_num_threads(big)),
+        ("num_pages", lambda: tessera.PagePool(big, 4)),
+        ("page_size", lambda: tessera.PagePool(4, big)),
+        ("num_tokens", lambda: tessera.PagePool(4, 4).append_tokens(0, big)),
+        ("seq", lambda: tessera.PagePool(4, 4).length(big)),
+        ("heads_q", lambda: tessera.BatchAttention(big, 2, 32, dtype="fp32")),
+        ("max_q_tokens", lambda: tessera.BatchAttention(4, 2, 32, dtype="fp32", max_q_tokens=big)),
+        ("kv_lens[0]", lambda: tessera.block_table_to_page_table([[0, 1]], [big], 4)),
+        ("page_size", lambda: tessera.block_table_to_page_table([[0, 1]], [8], big)),
+        ("block_table[0, 1]", lambda: tessera.block_table_to_page_table([[0, big]], [8], 4)),
+        ("num_pages", lambda: tessera.PagedKVCache.zeros(big, 4, 2, 32)),
+    ]
+    _, _, ba, _ = batch()
+    cases += [
+        ("q_lens[0]", lambda: ba.plan([big], [3])),
+        ("kv_lens[1]", lambda: ba.plan([1, 1], [3, 2**40])),
+        ("num_sms", lambda: ba.plan([1], [3], num_sms=big)),
+        ("num_sms", lambda: ba.workspace_size(num_sms=big)),
+        ("request", lambda: ba.planned_splits(big)),
+    ]
+    for argument, call in cases:
+        with raises_named(ValueError, argument, "expected an integer in [", "got") as e:
+            call()
+        assert isinstance(e.value, tessera.InvalidArgumentError), e.value
+    assert tessera.get_num_threads() == 0
+
+
+def test_index_lists_beyond_int32():
+    q, k, v = (x[0] for x in qkv())
+    for big in (2**31, 2**63, 2**64, -2**31 - 1):  # numpy's OverflowError, float64 or object arrays
+        with raises_named(ValueError, "cu_seqlens_q[1]", "expected an integer in [", str(big)):
+            tessera.attention_ragged(q, k, v, [0, big, 8], [0, 8])
+    _, cache, *_ = paged()
+    with raises_named(ValueError, "src_pages[0]", str(2**31)):
+        tessera.copy_pages(cache, [2**31], [5])
+    assert np.all(cache.k_pages == 3)
+
+
+# ---- 6. messages that named the wrong argument (integer parts) -------------------------------
+
+def test_zero_dim_index_array_is_not_absent():
+    q, k, v = (x[0] for x in qkv())
+    for cu in (np.array(8, np.int32), np.int32(8)):
+        with raises_named(ValueError, "cu_seqlens_q", "0 dims (a scalar)") as e:
+            tessera.attention_ragged(q, k, v, cu, [0, 8])
+        assert "absent" not in str(e.value)
+
+
+def test_negative_cache_dims_name_the_argument():
+    for args, argument in [((-4, 4, 2, 32), "num_pages"), ((4, -1, 2, 32), "page_size"),
+                           ((4, 4, -2, 32), "heads_kv"), ((4, 4, 2, -32), "head_dim")]:
+        with raises_named(ValueError, argument, "expected an integer in [0,") as e:
+            tessera.PagedKVCache.zeros(*args)
+        assert "negative dimensions" not in str(e.value)
+    with raises_named(ValueError, "layout"):
+        tessera.PagedKVCache.zeros(4, 4, 2, 32, layout="XYZ")
