@@ -7,6 +7,7 @@ Type problems (None, a str, a float where an integer is needed) raise TypeError;
 of index arrays DTypeError; values out of range InvalidArgumentError (a ValueError).
 """
 
+import numbers
 import operator
 
 import numpy as np
@@ -118,3 +119,15 @@ def lengths(values, name):
         raise InvalidArgumentError(f"{name}: expected 1 dim (one entry per request), got {a.ndim} dims "
                                    f"of shape {a.shape}", "invalid_argument", name)
     return [int(x) for x in a.tolist()]
+
+
+def real(value, name, allow_none=False):
+    """`value` as a Python float: ints, floats, numpy scalars; not a bool, a str, a complex or an
+    array. None passes through when allow_none. (Finite, positive and so on: the library checks.)"""
+    if type(value) is float:
+        return value
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a real number{' or None' if allow_none else ''}, got {describe(value)}")
+    return float(value)

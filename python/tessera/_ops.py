@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _C
 from ._arrays import adapter_for
-from ._checks import INT32_MAX, INT32_MIN, index_array, integer
+from ._checks import INT32_MAX, INT32_MIN, index_array, integer, real
 
 _config = {"num_threads": 0}
 
@@ -53,6 +53,15 @@ def _window(window):
     return integer(left, "window"), integer(right, "window")
 
 
+def _scale(scale):
+    """None (1/sqrt(head_dim)) or a real number as a float; a fast path for floats."""
+    return scale if scale is None or type(scale) is float else real(scale, "scale", allow_none=True)
+
+
+def _softcap(softcap):
+    return softcap if type(softcap) is float else real(softcap, "softcap")
+
+
 def _index(fw, values, like, name):
     """cu_seqlens and friends: lists/tuples of integers become int32 arrays on like's device (each
     value checked), host numpy arrays must be int32 (copied across for a device q)."""
@@ -73,13 +82,14 @@ def _ndim(x):
 def _forward(q, k, v, causal, window, softcap, scale, return_lse):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     out = fw.empty_like(q)
     lse = None
     if return_lse:
         shape = (q.shape[0], q.shape[2], q.shape[1]) if _ndim(q) == 4 else (1,)
         lse = fw.empty(q, shape, "fp32")
     _C.attention_forward(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(out),
-                         None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, float(softcap),
+                         None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, softcap,
                          bool(return_lse), fw.stream(q), _config["num_threads"])
     if return_lse:
         return fw.wrap(out), fw.wrap(lse)
@@ -90,6 +100,7 @@ def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
     """_forward for tensors that passed _torch.eager_no_grad (plain torch Tensors, so fw is the
     torch adapter): the same steps in the same order, without the adapter lookup."""
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)  # O(1): a type check each
     out = fw.empty_like(q)
     lse = None
     if return_lse:
@@ -100,7 +111,7 @@ def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
             lse = fw.empty(q, (1,), "fp32")
     to_c = fw.to_c
     _C.attention_forward(to_c(q), to_c(k), to_c(v), to_c(out), None if lse is None else to_c(lse), scale,
-                         bool(causal), wl, wr, float(softcap), bool(return_lse), fw.stream(q),
+                         bool(causal), wl, wr, softcap, bool(return_lse), fw.stream(q),
                          _config["num_threads"])
     return (out, lse) if return_lse else out
 
@@ -108,6 +119,7 @@ def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
 def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_lse):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
     cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
     out = fw.empty_like(q)
@@ -116,7 +128,7 @@ def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_
         shape = (q.shape[1], q.shape[0]) if _ndim(q) == 3 else (1,)
         lse = fw.empty(q, shape, "fp32")
     _C.attention_forward_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), fw.to_c(out),
-                                None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, float(softcap),
+                                None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, softcap,
                                 bool(return_lse), fw.stream(q), _config["num_threads"])
     if return_lse:
         return fw.wrap(out), fw.wrap(lse)
@@ -126,9 +138,10 @@ def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_
 def _backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     dq, dk, dv = fw.empty_like(q), fw.empty_like(k), fw.empty_like(v)
     _C.attention_backward(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(out), fw.to_c(dout), fw.to_c(lse),
-                          fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale, bool(causal), wl, wr, float(softcap),
+                          fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale, bool(causal), wl, wr, softcap,
                           bool(deterministic), fw.stream(q), _config["num_threads"])
     return fw.wrap(dq), fw.wrap(dk), fw.wrap(dv)
 
@@ -136,12 +149,13 @@ def _backward(q, k, v, out, dout, lse, causal, window, softcap, scale, determini
 def _backward_ragged(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softcap, scale, deterministic):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
     cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
     dq, dk, dv = fw.empty_like(q), fw.empty_like(k), fw.empty_like(v)
     _C.attention_backward_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), fw.to_c(out),
                                  fw.to_c(dout), fw.to_c(lse), fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale,
-                                 bool(causal), wl, wr, float(softcap), bool(deterministic), fw.stream(q),
+                                 bool(causal), wl, wr, softcap, bool(deterministic), fw.stream(q),
                                  _config["num_threads"])
     return fw.wrap(dq), fw.wrap(dk), fw.wrap(dv)
 
@@ -161,6 +175,7 @@ def _merge(o_states, lse_states, return_lse):
 def _forward_fp8(q, k, v, cu_q, cu_k, descale, causal, window, softcap, scale, return_lse):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     ragged = cu_q is not None
     out = fw.empty(q, tuple(q.shape), "bf16")
     lse = None
@@ -172,7 +187,7 @@ def _forward_fp8(q, k, v, cu_q, cu_k, descale, causal, window, softcap, scale, r
         lse = fw.empty(q, shape, "fp32")
     dq, dk, dv = (None if d is None else fw.to_c(d) for d in descale)
     common = (dq, dk, dv, fw.to_c(out), None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr,
-              float(softcap), bool(return_lse), fw.stream(q), _config["num_threads"])
+              softcap, bool(return_lse), fw.stream(q), _config["num_threads"])
     if ragged:
         cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
         cu_k = _index(fw, cu_k, q, "cu_seqlens_k")

@@ -10,7 +10,7 @@ import numpy as np
 from . import _C
 from ._arrays import adapter_for, dtype_name
 from ._checks import index_array, integer, lengths
-from ._ops import _config, _is_torch, _window
+from ._ops import _config, _is_torch, _scale, _softcap, _window
 
 
 class PagedKVCache:
@@ -249,7 +249,7 @@ class BatchAttention:
         heads_q = integer(heads_q, "heads_q", 0)
         self._impl = _C.BatchAttention(heads_q, integer(heads_kv, "heads_kv", 0), integer(head_dim, "head_dim", 0),
                                        dtype_name(dtype), layout, integer(page_size, "page_size", 0),
-                                       None if scale is None else float(scale), bool(causal), wl, wr, float(softcap),
+                                       _scale(scale), bool(causal), wl, wr, _softcap(softcap),
                                        self.return_lse, split, integer(kv_chunk_tokens, "kv_chunk_tokens", 0),
                                        integer(max_requests, "max_requests", 0),
                                        integer(max_q_tokens, "max_q_tokens", 0))

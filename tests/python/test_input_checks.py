@@ -422,3 +422,55 @@ def test_negative_cache_dims_name_the_argument():
         assert "negative dimensions" not in str(e.value)
     with raises_named(ValueError, "layout"):
         tessera.PagedKVCache.zeros(4, 4, 2, 32, layout="XYZ")
+
+
+# ---- 5. scale and softcap of the wrong type ----------------------------------------------------
+
+BAD_REALS = ["x", 1j, np.array([1.0, 2.0]), np.array(0.5), True, [0.5]]
+
+
+@pytest.mark.parametrize("bad", BAD_REALS, ids=repr)
+def test_scale_and_softcap_must_be_real_numbers(bad):
+    q, k, v = qkv()
+    out, lse = tessera.attention(q, k, v, return_lse=True)
+    calls = [
+        lambda **kw: tessera.attention(q, k, v, **kw),
+        lambda **kw: tessera.attention_backward(q, k, v, out, out, lse, **kw),
+        lambda **kw: tessera.attention_ragged(q[0], k[0], v[0], [0, 8], [0, 8], **kw),
+        lambda **kw: tessera.BatchAttention(4, 2, 32, dtype="fp32", **kw),
+    ]
+    for call in calls:
+        with raises_named(TypeError, "scale", "expected a real number or None, got"):
+            call(scale=bad)
+        with raises_named(TypeError, "softcap", "expected a real number, got"):
+            call(softcap=bad)
+    with raises_named(TypeError, "softcap", "expected a real number, got None"):
+        tessera.attention(q, k, v, softcap=None)
+
+
+def test_scale_and_softcap_numbers_of_any_kind():
+    q, k, v = qkv()
+    ref = tessera.attention(q, k, v, scale=0.5, softcap=2.0)
+    for scale, softcap in ((np.float32(0.5), np.float64(2.0)), (0.5, 2), (np.float16(0.5), np.int64(2))):
+        np.testing.assert_array_equal(tessera.attention(q, k, v, scale=scale, softcap=softcap), ref)
+
+
+def test_low_level_scale_is_a_type_error_not_bad_cast():
+    q, k, v = qkv()
+    for bad in ("x", 1j, np.array([1.0, 2.0]), True):
+        with raises_named(TypeError, "scale", "expected a real number or None"):
+            tessera._C.attention_forward(q, k, v, np.zeros_like(q), None, bad, False, -1, -1, 0.0, False, 0, 0)
+
+
+def test_torch_scale_and_softcap():
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.from_numpy(x) for x in qkv())
+    for qq in (q, q.clone().requires_grad_()):  # the eager fast path and the custom op's
+        with raises_named(TypeError, "scale", "got str"):
+            tessera.attention(qq, k, v, scale="x")
+        with raises_named(TypeError, "scale", "got complex"):
+            tessera.attention(qq, k, v, scale=1j)
+        with raises_named(TypeError, "softcap", "got None"):
+            tessera.attention(qq, k, v, softcap=None)
+        with raises_named(TypeError, "softcap", "got str"):
+            tessera.attention(qq, k, v, softcap="x")
