@@ -13,6 +13,7 @@ import numpy as np
 from . import _C
 from ._arrays import adapter_for
 from ._checks import INT32_MAX, INT32_MIN, index_array, integer, real
+from ._errors import DTypeError
 
 _config = {"num_threads": 0}
 
@@ -163,7 +164,15 @@ def _backward_ragged(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softca
 def _merge(o_states, lse_states, return_lse):
     fw = adapter_for(o_states, "o_states")
     shape = tuple(o_states.shape)
-    out = fw.empty(o_states, shape[1:], _dtype_of(fw, o_states)) if len(shape) == 4 else fw.empty_like(o_states)
+    if len(shape) == 4:
+        name = _dtype_of(fw, o_states)
+        try:
+            out = fw.empty(o_states, shape[1:], name)
+        except TypeError:  # no such dtype in tessera (float64, int8): name o_states, not "dtype"
+            raise DTypeError(f"o_states: expected dtype one of fp32, fp16, bf16, got dtype {name}",
+                             "invalid_argument", "o_states") from None
+    else:
+        out = fw.empty_like(o_states)  # the library names the rank problem
     out_lse = fw.empty(o_states, shape[1:3], "fp32") if (return_lse and len(shape) == 4) else None
     _C.merge_states(fw.to_c(o_states), fw.to_c(lse_states), fw.to_c(out),
                     None if out_lse is None else fw.to_c(out_lse), fw.stream(o_states), _config["num_threads"])

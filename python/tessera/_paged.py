@@ -274,9 +274,11 @@ class BatchAttention:
         """Plan a batch: q_lens[b] query tokens, kv_lens[b] cached tokens (including this step's)."""
         if workspace is not None:
             like = workspace
-        if like is None:
-            like = np.empty(0, np.uint8)
-        fw = adapter_for(like, "like")
+            fw = adapter_for(workspace, "workspace")
+        else:
+            if like is None:
+                like = np.empty(0, np.uint8)
+            fw = adapter_for(like, "like")
         kind, index = fw.device(like)
         sms = self._num_sms(kind, index) if num_sms is None else integer(num_sms, "num_sms", 0)
         ql = lengths(q_lens, "q_lens")

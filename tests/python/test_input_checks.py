@@ -474,3 +474,31 @@ def test_torch_scale_and_softcap():
             tessera.attention(qq, k, v, softcap=None)
         with raises_named(TypeError, "softcap", "got str"):
             tessera.attention(qq, k, v, softcap="x")
+
+
+# ---- 6. messages that named the wrong argument -------------------------------------------------
+
+def test_merge_states_dtype_names_o_states():
+    lse = np.zeros((2, 3, 2), np.float32)
+    for dtype in (np.float64, np.int8):
+        with raises_named(tessera.DTypeError, "o_states", "expected dtype one of fp32, fp16, bf16, got dtype") as e:
+            tessera.merge_states(np.zeros((2, 3, 2, 8), dtype), lse)
+        assert not str(e.value).startswith("dtype:") and e.value.argument == "o_states"
+
+
+def test_torch_merge_states_dtype_names_o_states():
+    torch = pytest.importorskip("torch")
+    with raises_named(TypeError, "o_states", "expected dtype one of fp32, fp16, bf16"):
+        tessera.merge_states(torch.zeros(2, 3, 2, 8, dtype=torch.float64), torch.zeros(2, 3, 2))
+
+
+def test_plan_names_workspace_and_kv_lens():
+    _, _, ba, _ = batch()
+    with raises_named(TypeError, "workspace", "expected an array", "got list"):
+        ba.plan([1], [3], workspace=[0] * 10)
+    with raises_named(TypeError, "like", "got list"):
+        ba.plan([1], [3], like=[0])
+    with raises_named(TypeError, "kv_lens", "got None"):
+        ba.plan([1], None)
+    with raises_named(TypeError, "q_lens", "got None"):
+        ba.plan(None, [3])
