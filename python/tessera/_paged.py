@@ -9,7 +9,8 @@ import numpy as np
 
 from . import _C
 from ._arrays import adapter_for, dtype_name
-from ._checks import index_array, integer, lengths
+from ._checks import describe, index_array, integer, lengths
+from ._errors import InvalidArgumentError
 from ._ops import _config, _is_torch, _scale, _softcap, _window
 
 
@@ -297,6 +298,9 @@ class BatchAttention:
         """out (like q) and, when configured with return_lse, lse (heads_q, total_q) fp32."""
         if self.workspace is None:
             raise ValueError("workspace: expected plan() to have been called before run(), got no plan")
+        if lse is not None and not self.return_lse:  # it would be ignored, never written
+            raise InvalidArgumentError("lse: expected None (this BatchAttention was made with return_lse=False), "
+                                       f"got {describe(lse)}", "invalid_argument", "lse")
         fw = adapter_for(q)
         _check_cache(cache)
         _check_table(table)

@@ -502,3 +502,19 @@ def test_plan_names_workspace_and_kv_lens():
         ba.plan([1], None)
     with raises_named(TypeError, "q_lens", "got None"):
         ba.plan(None, [3])
+
+
+# ---- 7. an lse buffer that would be ignored --------------------------------------------------
+
+def test_batch_run_lse_without_return_lse():
+    cache, table, ba, q = batch(return_lse=False)
+    lse = np.full((4, 6), 7, np.float32)
+    out = np.full((6, 4, 32), 7, np.float32)
+    with raises_named(tessera.InvalidArgumentError, "lse", "return_lse=False") as e:
+        ba.run(q, cache, table, out=out, lse=lse)
+    assert e.value.argument == "lse" and np.all(out == 7) and np.all(lse == 7)
+    ba.run(q, cache, table, out=out, lse=None)  # None is what it means
+    assert not np.all(out == 7)
+    cache, table, ba, q = batch(return_lse=True)
+    out, got = ba.run(q, cache, table, lse=lse)
+    assert got is lse and not np.all(lse == 7)
