@@ -163,9 +163,9 @@ namespace {
   throw Error(ErrorCode::invalid_argument, name, std::string(name) + ": expected dtype int32, got dtype " + got);
 }
 
-// An index argument must be int32 and have dims (a 0-d array would read as absent).
+// An index argument must have dims (a 0-d array would read as absent). The library names a
+// float dtype itself ("append_paged_kv: table.kv_indptr: expected dtype int32, got dtype fp32").
 Tensor checked_index(const Tensor& t, const char* name) {
-  if (t.dtype != DType::i32) index_dtype_error(name, dtype_name(t.dtype));
   if (t.rank == 0)
     throw Error(ErrorCode::invalid_argument, name,
                 std::string(name) + ": expected an int32 array with dims, got 0 dims (a scalar)");

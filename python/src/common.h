@@ -37,8 +37,8 @@ enum class Role {
 //   (array, "bf16" | "fp16" | "fp8_e4m3" | ...) -> the array's bits reinterpreted as that
 //                                dtype (for frameworks whose DLPack export lacks the dtype)
 // Throws TypeError naming `name` for objects that are not arrays or have unsupported dtypes,
-// and an invalid_argument tessera::Error for a read-only array in an output role, an index
-// array that is not int32 ("expected dtype int32", so a DTypeError) or has 0 dims.
+// and an invalid_argument tessera::Error for a read-only array in an output role, or an index
+// array of a dtype tessera lacks (int64: "expected dtype int32", so a DTypeError) or of 0 dims.
 Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optional = false,
                  Role role = Role::input);
 inline Tensor to_output(nb::handle obj, const char* name, ArgArrays& arrays, bool optional = false) {

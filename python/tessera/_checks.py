@@ -106,15 +106,15 @@ def index_array(values, name):
 
 
 def lengths(values, name):
-    """Per-request token counts for the host-side planners (q_lens, kv_lens): a list / tuple or
-    an integer array of any framework (copied to the host), one dim, each value in
-    [0, INT32_MAX]. Returns a list of Python ints."""
+    """Per-request counts or ids for the host-side planners (q_lens, kv_lens, seqs): a list /
+    tuple or an integer array of any framework (copied to the host), one dim, int32 values (the
+    library checks their sign, with better words). Returns a list of Python ints."""
     if values is None:
         raise TypeError(f"{name}: expected a sequence of integers or an integer array, got None")
     if not isinstance(values, (list, tuple, np.ndarray)):
         from ._arrays import adapter_for
         values = adapter_for(values, name).to_numpy(values)
-    a = int_array(values, name, 0, INT32_MAX)
+    a = int_array(values, name)
     if a.ndim != 1:
         raise InvalidArgumentError(f"{name}: expected 1 dim (one entry per request), got {a.ndim} dims "
                                    f"of shape {a.shape}", "invalid_argument", name)

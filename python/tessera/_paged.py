@@ -121,14 +121,14 @@ def block_table_to_page_table(block_table, kv_lens, page_size):
     if fw.name != "numpy":
         bt = fw.to_numpy(bt)
     lens = lengths(kv_lens, "kv_lens")
-    return PageTable._from_tuple(_C.block_table_to_page_table(bt, lens, integer(page_size, "page_size", 0)))
+    return PageTable._from_tuple(_C.block_table_to_page_table(bt, lens, integer(page_size, "page_size")))
 
 
 class PagePool:
     """Host-side allocator of page indices (deterministic: lowest free page first)."""
 
     def __init__(self, num_pages, page_size):
-        self._pool = _C.PagePool(integer(num_pages, "num_pages", 0), integer(page_size, "page_size", 0))
+        self._pool = _C.PagePool(integer(num_pages, "num_pages"), integer(page_size, "page_size"))
 
     num_pages = property(lambda self: self._pool.num_pages)
     page_size = property(lambda self: self._pool.page_size)
@@ -138,7 +138,7 @@ class PagePool:
         return self._pool.create_sequence()
 
     def append_tokens(self, seq, num_tokens):
-        self._pool.append_tokens(integer(seq, "seq"), integer(num_tokens, "num_tokens", 0))
+        self._pool.append_tokens(integer(seq, "seq"), integer(num_tokens, "num_tokens"))
 
     def free_sequence(self, seq):
         self._pool.free_sequence(integer(seq, "seq"))
@@ -153,7 +153,7 @@ class PagePool:
         return np.asarray(self._pool.pages(integer(seq, "seq")), dtype=np.int32)
 
     def pages_needed(self, seq, num_tokens):
-        return self._pool.pages_needed(integer(seq, "seq"), integer(num_tokens, "num_tokens", 0))
+        return self._pool.pages_needed(integer(seq, "seq"), integer(num_tokens, "num_tokens"))
 
     def page_table(self, seqs):
         """CSR table (host numpy arrays) of the given sequences, in that order."""
@@ -247,13 +247,13 @@ class BatchAttention:
         wl, wr = _window(window)
         self.return_lse = bool(return_lse)
         self.layout = layout
-        heads_q = integer(heads_q, "heads_q", 0)
-        self._impl = _C.BatchAttention(heads_q, integer(heads_kv, "heads_kv", 0), integer(head_dim, "head_dim", 0),
-                                       dtype_name(dtype), layout, integer(page_size, "page_size", 0),
+        heads_q = integer(heads_q, "heads_q")
+        self._impl = _C.BatchAttention(heads_q, integer(heads_kv, "heads_kv"), integer(head_dim, "head_dim"),
+                                       dtype_name(dtype), layout, integer(page_size, "page_size"),
                                        _scale(scale), bool(causal), wl, wr, _softcap(softcap),
-                                       self.return_lse, split, integer(kv_chunk_tokens, "kv_chunk_tokens", 0),
-                                       integer(max_requests, "max_requests", 0),
-                                       integer(max_q_tokens, "max_q_tokens", 0))
+                                       self.return_lse, split, integer(kv_chunk_tokens, "kv_chunk_tokens"),
+                                       integer(max_requests, "max_requests"),
+                                       integer(max_q_tokens, "max_q_tokens"))
         self.heads_q = heads_q
         self.workspace = None
         self._device = None
@@ -268,7 +268,7 @@ class BatchAttention:
     def workspace_size(self, like=None, num_sms=None):
         """Bytes of workspace for this configuration on like's device (cpu when None)."""
         kind, index = ("cpu", 0) if like is None else adapter_for(like, "like").device(like)
-        sms = self._num_sms(kind, index) if num_sms is None else integer(num_sms, "num_sms", 0)
+        sms = self._num_sms(kind, index) if num_sms is None else integer(num_sms, "num_sms")
         return self._impl.workspace_size(kind, index, sms)
 
     def plan(self, q_lens, kv_lens, *, like=None, workspace=None, num_sms=None):
@@ -281,7 +281,7 @@ class BatchAttention:
                 like = np.empty(0, np.uint8)
             fw = adapter_for(like, "like")
         kind, index = fw.device(like)
-        sms = self._num_sms(kind, index) if num_sms is None else integer(num_sms, "num_sms", 0)
+        sms = self._num_sms(kind, index) if num_sms is None else integer(num_sms, "num_sms")
         ql = lengths(q_lens, "q_lens")
         kl = lengths(kv_lens, "kv_lens")
         if workspace is None:
