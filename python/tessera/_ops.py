@@ -101,7 +101,10 @@ def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
     """_forward for tensors that passed _torch.eager_no_grad (plain torch Tensors, so fw is the
     torch adapter): the same steps in the same order, without the adapter lookup."""
     wl, wr = _window(window)
-    scale, softcap = _scale(scale), _softcap(softcap)  # O(1): a type check each
+    if scale is not None and type(scale) is not float:  # O(1): a type check each, no calls for floats
+        scale = _scale(scale)
+    if type(softcap) is not float:
+        softcap = _softcap(softcap)
     out = fw.empty_like(q)
     lse = None
     if return_lse:
