@@ -21,6 +21,14 @@ using Array = nb::ndarray<nb::ro>;
 // Keeps every array imported for one call alive until the call returns.
 struct ArgArrays {
   std::vector<Array> held;
+  std::vector<nb::ndarray<>> held_writable;  // outputs: imported as writable arrays
+};
+
+// What an array argument is for; it decides what to_tensor accepts.
+enum class Role {
+  input,   // read: any dtype tessera has, read-only arrays fine
+  output,  // written (out, lse, gradients, pages being filled): must be writable
+  index,   // int32 offsets or indices (cu_seqlens, page tables, page lists): int32 with dims
 };
 
 // Converts `obj` into a Tensor view.
@@ -28,8 +36,23 @@ struct ArgArrays {
 //   array                     -> its own dtype (fp32, fp16, bf16, fp8, int32)
 //   (array, "bf16" | "fp16" | "fp8_e4m3" | ...) -> the array's bits reinterpreted as that
 //                                dtype (for frameworks whose DLPack export lacks the dtype)
-// Throws TypeError naming `name` for objects that are not arrays or have unsupported dtypes.
-Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optional = false);
+// Throws TypeError naming `name` for objects that are not arrays or have unsupported dtypes,
+// and an invalid_argument tessera::Error for a read-only array in an output role, or an index
+// array of a dtype tessera lacks (int64: "expected dtype int32", so a DTypeError) or of 0 dims.
+Tensor to_tensor(nb::handle obj, const char* name, ArgArrays& arrays, bool optional = false,
+                 Role role = Role::input);
+inline Tensor to_output(nb::handle obj, const char* name, ArgArrays& arrays, bool optional = false) {
+  return to_tensor(obj, name, arrays, optional, Role::output);
+}
+inline Tensor to_index(nb::handle obj, const char* name, ArgArrays& arrays) {
+  return to_tensor(obj, name, arrays, false, Role::index);
+}
+
+// The name of obj's type ("ndarray", "NoneType"), for messages.
+std::string py_type_name(nb::handle obj);
+
+// Raises an invalid_argument tessera::Error: "<name>: expected a writable array, got a read-only one".
+[[noreturn]] void read_only_error(const char* name);
 
 // Parses "fp32", "float32", "bf16", ... into a DType; throws TypeError naming `name`.
 DType parse_dtype(const std::string& s, const char* name);

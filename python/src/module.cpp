@@ -75,7 +75,13 @@ void set_error_types(nb::dict types) {
 AttentionOptions make_options(nb::handle scale, bool causal, int window_left, int window_right, float softcap,
                               bool return_lse, bool deterministic) {
   AttentionOptions o;
-  if (!scale.is_none()) o.scale = nb::cast<float>(scale);
+  if (!scale.is_none()) {
+    float s = 0.0f;
+    // nb::cast would throw std::bad_cast (a RuntimeError without a word) for "x", 1j or an array.
+    if (PyBool_Check(scale.ptr()) || !nb::try_cast<float>(scale, s))
+      throw nb::type_error(("scale: expected a real number or None, got " + py_type_name(scale)).c_str());
+    o.scale = s;
+  }
   o.causal = causal;
   o.window_left = window_left;
   o.window_right = window_right;

@@ -20,19 +20,21 @@ HostTableTuple to_tuple(const HostPageTable& t) {
   return {t.kv_indptr, t.kv_indices, t.kv_last_page_len, t.page_size};
 }
 
-PagedKVCache make_cache(nb::handle k_pages, nb::handle v_pages, const std::string& layout, ArgArrays& arrays) {
+// `role`: Role::output where the call writes the pages (append_paged_kv, copy_pages).
+PagedKVCache make_cache(nb::handle k_pages, nb::handle v_pages, const std::string& layout, ArgArrays& arrays,
+                        Role role) {
   PagedKVCache c;
-  c.k_pages = to_tensor(k_pages, "k_pages", arrays);
-  c.v_pages = to_tensor(v_pages, "v_pages", arrays);
+  c.k_pages = to_tensor(k_pages, "k_pages", arrays, false, role);
+  c.v_pages = to_tensor(v_pages, "v_pages", arrays, false, role);
   c.layout = parse_layout(layout, "layout");
   return c;
 }
 
 PageTable make_table(nb::handle indptr, nb::handle indices, nb::handle last_len, ArgArrays& arrays) {
   PageTable t;
-  t.kv_indptr = to_tensor(indptr, "kv_indptr", arrays);
-  t.kv_indices = to_tensor(indices, "kv_indices", arrays);
-  t.kv_last_page_len = to_tensor(last_len, "kv_last_page_len", arrays);
+  t.kv_indptr = to_index(indptr, "kv_indptr", arrays);
+  t.kv_indices = to_index(indices, "kv_indices", arrays);
+  t.kv_last_page_len = to_index(last_len, "kv_last_page_len", arrays);
   return t;
 }
 
@@ -42,19 +44,9 @@ Device make_device(const std::string& kind, int index) {
   throw nb::value_error(("device: expected 'cpu' or 'cuda', got '" + kind + "'").c_str());
 }
 
-// A workspace is any contiguous array; its bytes are what counts.
-Workspace make_workspace(nb::handle obj, ArgArrays& arrays) {
-  if (nb::isinstance<nb::tuple>(obj) && nb::len(obj) == 4) {  // (data_ptr, bytes, device type, device id)
-    nb::tuple t = nb::borrow<nb::tuple>(obj);
-    Workspace w;
-    w.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(t[0]));
-    w.bytes = nb::cast<std::size_t>(t[1]);
-    w.device = nb::cast<int>(t[2]) == nb::device::cuda::value ? Device::cuda(nb::cast<int>(t[3])) : Device::cpu();
-    return w;
-  }
-  Array a;
-  if (!nb::try_cast<Array>(obj, a, false))
-    throw nb::type_error("workspace: expected a contiguous array (numpy, torch, cupy), got something else");
+// A workspace is any contiguous, writable array; its bytes are what counts.
+template <class A>
+Workspace workspace_of(const A& a) {
   std::size_t n = 1;
   std::int64_t expect = 1;
   for (int d = static_cast<int>(a.ndim()) - 1; d >= 0; --d) {
@@ -64,7 +56,7 @@ Workspace make_workspace(nb::handle obj, ArgArrays& arrays) {
     n *= a.shape(d);
   }
   Workspace w;
-  w.data = const_cast<void*>(a.data());
+  w.data = const_cast<void*>(static_cast<const void*>(a.data()));
   w.bytes = n * (a.dtype().bits / 8) * a.dtype().lanes;
   switch (a.device_type()) {
     case nb::device::cpu::value:
@@ -73,7 +65,27 @@ Workspace make_workspace(nb::handle obj, ArgArrays& arrays) {
     case nb::device::cuda_managed::value: w.device = Device::cuda(a.device_id()); break;
     default: throw nb::value_error("workspace: expected an array on the cpu or a cuda device");
   }
-  arrays.held.push_back(std::move(a));
+  return w;
+}
+
+Workspace make_workspace(nb::handle obj, ArgArrays& arrays) {
+  if (nb::isinstance<nb::tuple>(obj) && nb::len(obj) == 4) {  // (data_ptr, bytes, device type, device id)
+    nb::tuple t = nb::borrow<nb::tuple>(obj);
+    Workspace w;
+    w.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(t[0]));
+    w.bytes = nb::cast<std::size_t>(t[1]);
+    w.device = nb::cast<int>(t[2]) == nb::device::cuda::value ? Device::cuda(nb::cast<int>(t[3])) : Device::cpu();
+    return w;
+  }
+  nb::ndarray<> a;  // writable: plan() writes the work list into it
+  if (!nb::try_cast<nb::ndarray<>>(obj, a, false)) {
+    Array ro;
+    if (nb::try_cast<Array>(obj, ro, false)) read_only_error("workspace");
+    throw nb::type_error(
+        ("workspace: expected a contiguous array (numpy, torch, cupy), got " + py_type_name(obj)).c_str());
+  }
+  const Workspace w = workspace_of(a);
+  arrays.held_writable.push_back(std::move(a));
   return w;
 }
 
@@ -91,10 +103,10 @@ void bind_paged(nb::module_& m) {
       "block_table_to_page_table",
       [](nb::handle block_table, const I32& kv_lens, int page_size) {
         ArgArrays arrays;
-        const Tensor bt = to_tensor(block_table, "block_table", arrays);
+        const Tensor bt = to_index(block_table, "block_table", arrays);
         return to_tuple(block_table_to_page_table(bt, kv_lens, page_size));
       },
-      nb::arg("block_table"), nb::arg("kv_lens"), nb::arg("page_size"));
+      nb::arg("block_table").none(), nb::arg("kv_lens"), nb::arg("page_size"));
 
   m.def(
       "append_paged_kv",
@@ -102,31 +114,31 @@ void bind_paged(nb::module_& m) {
          nb::handle last_len, nb::handle append_indptr, nb::handle new_k, nb::handle new_v, std::uintptr_t stream,
          int num_threads) {
         ArgArrays arrays;
-        const PagedKVCache cache = make_cache(k_pages, v_pages, layout, arrays);
+        const PagedKVCache cache = make_cache(k_pages, v_pages, layout, arrays, Role::output);
         const PageTable table = make_table(indptr, indices, last_len, arrays);
-        const Tensor ai = to_tensor(append_indptr, "append_indptr", arrays);
+        const Tensor ai = to_index(append_indptr, "append_indptr", arrays);
         const Tensor nk = to_tensor(new_k, "new_k", arrays), nv = to_tensor(new_v, "new_v", arrays);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
         append_paged_kv(cache, table, ai, nk, nv, ctx);
       },
-      nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("layout"), nb::arg("kv_indptr"), nb::arg("kv_indices"),
-      nb::arg("kv_last_page_len"), nb::arg("append_indptr"), nb::arg("new_k"), nb::arg("new_v"),
-      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+      nb::arg("k_pages").none(), nb::arg("v_pages").none(), nb::arg("layout"), nb::arg("kv_indptr").none(),
+      nb::arg("kv_indices").none(), nb::arg("kv_last_page_len").none(), nb::arg("append_indptr").none(),
+      nb::arg("new_k").none(), nb::arg("new_v").none(), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "copy_pages",
       [](nb::handle k_pages, nb::handle v_pages, const std::string& layout, nb::handle src, nb::handle dst,
          std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
-        const PagedKVCache cache = make_cache(k_pages, v_pages, layout, arrays);
-        const Tensor ts = to_tensor(src, "src_pages", arrays), td = to_tensor(dst, "dst_pages", arrays);
+        const PagedKVCache cache = make_cache(k_pages, v_pages, layout, arrays, Role::output);
+        const Tensor ts = to_index(src, "src_pages", arrays), td = to_index(dst, "dst_pages", arrays);
         const ExecutionContext ctx = make_ctx(stream, num_threads);
         nb::gil_scoped_release release;
         copy_pages(cache, ts, td, ctx);
       },
-      nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("layout"), nb::arg("src_pages"), nb::arg("dst_pages"),
-      nb::arg("stream") = 0, nb::arg("num_threads") = 0);
+      nb::arg("k_pages").none(), nb::arg("v_pages").none(), nb::arg("layout"), nb::arg("src_pages").none(),
+      nb::arg("dst_pages").none(), nb::arg("stream") = 0, nb::arg("num_threads") = 0);
 
   m.def(
       "query_device",
@@ -196,7 +208,7 @@ void bind_paged(nb::module_& m) {
             b.plan(q_lens, kv_lens, f, w, make_ctx(stream, 0));
           },
           nb::arg("q_lens"), nb::arg("kv_lens"), nb::arg("kind"), nb::arg("index"), nb::arg("num_sms"),
-          nb::arg("workspace"), nb::arg("stream") = 0)
+          nb::arg("workspace").none(), nb::arg("stream") = 0)
       .def(
           "run",
           [](const BatchAttention& b, nb::handle q, nb::handle k_pages, nb::handle v_pages, const std::string& layout,
@@ -204,17 +216,18 @@ void bind_paged(nb::module_& m) {
              nb::handle workspace, std::uintptr_t stream, int num_threads) {
             ArgArrays arrays;
             const Tensor tq = to_tensor(q, "q", arrays);
-            const PagedKVCache cache = make_cache(k_pages, v_pages, layout, arrays);
+            const PagedKVCache cache = make_cache(k_pages, v_pages, layout, arrays, Role::input);
             const PageTable table = make_table(indptr, indices, last_len, arrays);
-            const Tensor to = to_tensor(out, "out", arrays), tl = to_tensor(lse, "lse", arrays, true);
+            const Tensor to = to_output(out, "out", arrays), tl = to_output(lse, "lse", arrays, true);
             const Workspace w = make_workspace(workspace, arrays);
             const ExecutionContext ctx = make_ctx(stream, num_threads);
             nb::gil_scoped_release release;
             b.run(tq, cache, table, to, tl, w, ctx);
           },
-          nb::arg("q"), nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("layout"), nb::arg("kv_indptr"),
-          nb::arg("kv_indices"), nb::arg("kv_last_page_len"), nb::arg("out"), nb::arg("lse").none(),
-          nb::arg("workspace"), nb::arg("stream") = 0, nb::arg("num_threads") = 0)
+          nb::arg("q").none(), nb::arg("k_pages").none(), nb::arg("v_pages").none(), nb::arg("layout"),
+          nb::arg("kv_indptr").none(), nb::arg("kv_indices").none(), nb::arg("kv_last_page_len").none(),
+          nb::arg("out").none(), nb::arg("lse").none(), nb::arg("workspace").none(), nb::arg("stream") = 0,
+          nb::arg("num_threads") = 0)
       .def_prop_ro("planned_batch", &BatchAttention::planned_batch)
       .def_prop_ro("planned_q_tokens", &BatchAttention::planned_q_tokens)
       .def_prop_ro("planned_work_items", &BatchAttention::planned_work_items)

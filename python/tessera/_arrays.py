@@ -112,13 +112,17 @@ class _TorchAdapter:
         # A raw descriptor instead of DLPack: torch's __dlpack__ costs ~14 us per tensor.
         # is_cuda / is_cpu / get_device() rather than x.device.type: ~0.3 us less per tensor.
         # The shape goes as the torch.Size itself (the extension takes any sequence).
-        name = self.NAMES.get(x.dtype)
+        try:
+            name = self.NAMES.get(x.dtype)
+        except AttributeError:  # None, a list: the extension names the problem
+            return x
         if name is not None:
             if x.is_cuda:
                 return (x.data_ptr(), name, x.shape, x.stride(), 2, x.get_device())
             if x.is_cpu if self._has_is_cpu else x.device.type == "cpu":
                 return (x.data_ptr(), name, x.shape, x.stride(), 1, 0)
-        return x.detach() if x.requires_grad else x  # DLPack: the extension names the problem
+        # DLPack (or another framework's array): the extension names the problem
+        return x.detach() if getattr(x, "requires_grad", False) else x
 
     def empty(self, like, shape, dtype):
         if dtype not in self.dtypes:
@@ -320,4 +324,4 @@ def adapter_for(x, name="q"):
         raise TypeError(f"{name}: device arrays of {type(x).__module__}.{type(x).__qualname__} are not supported "
                         f"(use numpy, torch, cupy or jax)")
     raise TypeError(f"{name}: expected an array (numpy, torch, cupy, jax or any DLPack array), "
-                    f"got {type(x).__qualname__}")
+                    f"got {'None' if x is None else type(x).__qualname__}")

@@ -19,6 +19,11 @@ out_of_memory          OutOfMemoryError             MemoryError
 
 ``str(e)`` is the C++ message ("<function>: <argument>: expected ..., got ..."); ``e.code``
 is the code's name and ``e.argument`` the argument at fault ("" when none applies).
+
+The Python layer's own argument checks (tessera._checks: integers, index lists; the bindings:
+read-only outputs) raise InvalidArgumentError and DTypeError too, with code "invalid_argument"
+as the C++ ones, and a plain TypeError for an object of the wrong kind (None, a str, a float
+where an integer is needed).
 """
 
 

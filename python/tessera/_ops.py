@@ -8,17 +8,19 @@ fp32, (batch, heads_q, seq_q) dense or (heads_q, total_q) ragged.
 
 import sys
 
+import numpy as np
+
 from . import _C
 from ._arrays import adapter_for
+from ._checks import INT32_MAX, INT32_MIN, index_array, integer, real
+from ._errors import DTypeError
 
 _config = {"num_threads": 0}
 
 
 def set_num_threads(n: int) -> None:
     """Bound the CPU backend's worker threads (0 = all cores)."""
-    if int(n) < 0:
-        raise ValueError(f"num_threads: expected >= 0 (0 = all cores), got {n}")
-    _config["num_threads"] = int(n)
+    _config["num_threads"] = integer(n, "num_threads", 0, INT32_MAX)
 
 
 def get_num_threads() -> int:
@@ -42,19 +44,32 @@ def _is_torch(x) -> bool:
 
 
 def _window(window):
+    """(left, right) as int32 ints; -1 = unbounded (the library checks the rest)."""
     try:
         left, right = window
-        return int(left), int(right)
     except (TypeError, ValueError):
         raise ValueError(f"window: expected a pair (left, right) with -1 = unbounded, got {window!r}") from None
+    if type(left) is int and type(right) is int and INT32_MIN <= left <= INT32_MAX and INT32_MIN <= right <= INT32_MAX:
+        return left, right  # the common case, cheaply
+    return integer(left, "window"), integer(right, "window")
+
+
+def _scale(scale):
+    """None (1/sqrt(head_dim)) or a real number as a float; a fast path for floats."""
+    return scale if scale is None or type(scale) is float else real(scale, "scale", allow_none=True)
+
+
+def _softcap(softcap):
+    return softcap if type(softcap) is float else real(softcap, "softcap")
 
 
 def _index(fw, values, like, name):
-    """cu_seqlens and friends: lists/tuples/host arrays become int32 arrays on like's device."""
-    if isinstance(values, (list, tuple)):
-        return fw.index_array(values, like)
-    if fw.name != "numpy" and type(values).__module__.partition(".")[0] == "numpy":
-        return fw.index_array(values, like)  # host numpy with device q: copy across
+    """cu_seqlens and friends: lists/tuples of integers become int32 arrays on like's device (each
+    value checked), host numpy arrays must be int32 (copied across for a device q)."""
+    if isinstance(values, (list, tuple, np.ndarray)):
+        values = index_array(values, name)
+        if fw.name != "numpy":
+            return fw.index_array(values, like)  # host values with a framework q: copy across
     return values
 
 
@@ -68,13 +83,14 @@ def _ndim(x):
 def _forward(q, k, v, causal, window, softcap, scale, return_lse):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     out = fw.empty_like(q)
     lse = None
     if return_lse:
         shape = (q.shape[0], q.shape[2], q.shape[1]) if _ndim(q) == 4 else (1,)
         lse = fw.empty(q, shape, "fp32")
     _C.attention_forward(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(out),
-                         None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, float(softcap),
+                         None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, softcap,
                          bool(return_lse), fw.stream(q), _config["num_threads"])
     if return_lse:
         return fw.wrap(out), fw.wrap(lse)
@@ -85,6 +101,10 @@ def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
     """_forward for tensors that passed _torch.eager_no_grad (plain torch Tensors, so fw is the
     torch adapter): the same steps in the same order, without the adapter lookup."""
     wl, wr = _window(window)
+    if scale is not None and type(scale) is not float:  # O(1): a type check each, no calls for floats
+        scale = _scale(scale)
+    if type(softcap) is not float:
+        softcap = _softcap(softcap)
     out = fw.empty_like(q)
     lse = None
     if return_lse:
@@ -95,7 +115,7 @@ def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
             lse = fw.empty(q, (1,), "fp32")
     to_c = fw.to_c
     _C.attention_forward(to_c(q), to_c(k), to_c(v), to_c(out), None if lse is None else to_c(lse), scale,
-                         bool(causal), wl, wr, float(softcap), bool(return_lse), fw.stream(q),
+                         bool(causal), wl, wr, softcap, bool(return_lse), fw.stream(q),
                          _config["num_threads"])
     return (out, lse) if return_lse else out
 
@@ -103,6 +123,7 @@ def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
 def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_lse):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
     cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
     out = fw.empty_like(q)
@@ -111,7 +132,7 @@ def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_
         shape = (q.shape[1], q.shape[0]) if _ndim(q) == 3 else (1,)
         lse = fw.empty(q, shape, "fp32")
     _C.attention_forward_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), fw.to_c(out),
-                                None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, float(softcap),
+                                None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, softcap,
                                 bool(return_lse), fw.stream(q), _config["num_threads"])
     if return_lse:
         return fw.wrap(out), fw.wrap(lse)
@@ -121,9 +142,10 @@ def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_
 def _backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     dq, dk, dv = fw.empty_like(q), fw.empty_like(k), fw.empty_like(v)
     _C.attention_backward(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(out), fw.to_c(dout), fw.to_c(lse),
-                          fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale, bool(causal), wl, wr, float(softcap),
+                          fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale, bool(causal), wl, wr, softcap,
                           bool(deterministic), fw.stream(q), _config["num_threads"])
     return fw.wrap(dq), fw.wrap(dk), fw.wrap(dv)
 
@@ -131,12 +153,13 @@ def _backward(q, k, v, out, dout, lse, causal, window, softcap, scale, determini
 def _backward_ragged(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softcap, scale, deterministic):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
     cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
     dq, dk, dv = fw.empty_like(q), fw.empty_like(k), fw.empty_like(v)
     _C.attention_backward_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), fw.to_c(out),
                                  fw.to_c(dout), fw.to_c(lse), fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale,
-                                 bool(causal), wl, wr, float(softcap), bool(deterministic), fw.stream(q),
+                                 bool(causal), wl, wr, softcap, bool(deterministic), fw.stream(q),
                                  _config["num_threads"])
     return fw.wrap(dq), fw.wrap(dk), fw.wrap(dv)
 
@@ -144,7 +167,15 @@ def _backward_ragged(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softca
 def _merge(o_states, lse_states, return_lse):
     fw = adapter_for(o_states, "o_states")
     shape = tuple(o_states.shape)
-    out = fw.empty(o_states, shape[1:], _dtype_of(fw, o_states)) if len(shape) == 4 else fw.empty_like(o_states)
+    if len(shape) == 4:
+        name = _dtype_of(fw, o_states)
+        try:
+            out = fw.empty(o_states, shape[1:], name)
+        except TypeError:  # no such dtype in tessera (float64, int8): name o_states, not "dtype"
+            raise DTypeError(f"o_states: expected dtype one of fp32, fp16, bf16, got dtype {name}",
+                             "invalid_argument", "o_states") from None
+    else:
+        out = fw.empty_like(o_states)  # the library names the rank problem
     out_lse = fw.empty(o_states, shape[1:3], "fp32") if (return_lse and len(shape) == 4) else None
     _C.merge_states(fw.to_c(o_states), fw.to_c(lse_states), fw.to_c(out),
                     None if out_lse is None else fw.to_c(out_lse), fw.stream(o_states), _config["num_threads"])
@@ -156,6 +187,7 @@ def _merge(o_states, lse_states, return_lse):
 def _forward_fp8(q, k, v, cu_q, cu_k, descale, causal, window, softcap, scale, return_lse):
     fw = adapter_for(q)
     wl, wr = _window(window)
+    scale, softcap = _scale(scale), _softcap(softcap)
     ragged = cu_q is not None
     out = fw.empty(q, tuple(q.shape), "bf16")
     lse = None
@@ -167,7 +199,7 @@ def _forward_fp8(q, k, v, cu_q, cu_k, descale, causal, window, softcap, scale, r
         lse = fw.empty(q, shape, "fp32")
     dq, dk, dv = (None if d is None else fw.to_c(d) for d in descale)
     common = (dq, dk, dv, fw.to_c(out), None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr,
-              float(softcap), bool(return_lse), fw.stream(q), _config["num_threads"])
+              softcap, bool(return_lse), fw.stream(q), _config["num_threads"])
     if ragged:
         cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
         cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
@@ -218,8 +250,9 @@ def attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(
     if _is_torch(q):
         _torch = _torch_module()
         if _torch.eager_no_grad(q, k, v):
-            return _forward_ragged(q, k, v, _torch._to_index(cu_seqlens_q, q), _torch._to_index(cu_seqlens_k, q),
-                                   causal, window, softcap, scale, return_lse)
+            return _forward_ragged(q, k, v, _torch._to_index(cu_seqlens_q, q, "cu_seqlens_q"),
+                                   _torch._to_index(cu_seqlens_k, q, "cu_seqlens_k"), causal, window, softcap, scale,
+                                   return_lse)
         return _torch.attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window, softcap, scale,
                                        return_lse)
     return _forward_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window, softcap, scale, return_lse)

@@ -9,7 +9,9 @@ import numpy as np
 
 from . import _C
 from ._arrays import adapter_for, dtype_name
-from ._ops import _config, _is_torch, _window
+from ._checks import describe, index_array, integer, lengths
+from ._errors import InvalidArgumentError
+from ._ops import _config, _is_torch, _scale, _softcap, _window
 
 
 class PagedKVCache:
@@ -32,6 +34,11 @@ class PagedKVCache:
     @classmethod
     def zeros(cls, num_pages, page_size, heads_kv, head_dim, dtype="fp16", layout="NHD", like=None):
         """A zero-filled cache in like's framework and on its device (numpy when like is None)."""
+        if layout not in ("NHD", "HND"):
+            raise ValueError(f"layout: expected 'NHD' or 'HND', got {layout!r}")
+        num_pages, page_size, heads_kv, head_dim = (
+            integer(num_pages, "num_pages", 0), integer(page_size, "page_size", 0), integer(heads_kv, "heads_kv", 0),
+            integer(head_dim, "head_dim", 0))
         shape = ((num_pages, page_size, heads_kv, head_dim) if layout == "NHD"
                  else (num_pages, heads_kv, page_size, head_dim))
         if like is None:
@@ -71,7 +78,7 @@ class PageTable:
         self.kv_indptr = kv_indptr
         self.kv_indices = kv_indices
         self.kv_last_page_len = kv_last_page_len
-        self.page_size = int(page_size)
+        self.page_size = integer(page_size, "page_size", 0)
 
     @classmethod
     def _from_tuple(cls, t):
@@ -97,8 +104,9 @@ class PageTable:
     def to(self, like):
         """The same table with its arrays in like's framework, on like's device."""
         fw = adapter_for(like, "like")
-        conv = (lambda a: fw.index_array(self._host(a), like))
-        return PageTable(conv(self.kv_indptr), conv(self.kv_indices), conv(self.kv_last_page_len), self.page_size)
+        conv = (lambda a, name: fw.index_array(index_array(self._host(a), name), like))
+        return PageTable(conv(self.kv_indptr, "kv_indptr"), conv(self.kv_indices, "kv_indices"),
+                         conv(self.kv_last_page_len, "kv_last_page_len"), self.page_size)
 
     def __repr__(self):
         return f"PageTable(batch={self.batch}, pages={int(self.kv_indices.shape[0])}, page_size={self.page_size})"
@@ -107,20 +115,20 @@ class PageTable:
 def block_table_to_page_table(block_table, kv_lens, page_size):
     """CSR table from a (batch, max_pages) int32 block table and per-request token counts."""
     bt = block_table
-    if isinstance(bt, (list, tuple)):
-        bt = np.asarray(bt, dtype=np.int32)
+    if isinstance(bt, (list, tuple, np.ndarray)):
+        bt = index_array(bt, "block_table")
     fw = adapter_for(bt, "block_table")
     if fw.name != "numpy":
         bt = fw.to_numpy(bt)
-    lens = [int(x) for x in np.asarray(_host(kv_lens)).reshape(-1)]
-    return PageTable._from_tuple(_C.block_table_to_page_table(bt, lens, int(page_size)))
+    lens = lengths(kv_lens, "kv_lens")
+    return PageTable._from_tuple(_C.block_table_to_page_table(bt, lens, integer(page_size, "page_size")))
 
 
 class PagePool:
     """Host-side allocator of page indices (deterministic: lowest free page first)."""
 
     def __init__(self, num_pages, page_size):
-        self._pool = _C.PagePool(int(num_pages), int(page_size))
+        self._pool = _C.PagePool(integer(num_pages, "num_pages"), integer(page_size, "page_size"))
 
     num_pages = property(lambda self: self._pool.num_pages)
     page_size = property(lambda self: self._pool.page_size)
@@ -130,29 +138,53 @@ class PagePool:
         return self._pool.create_sequence()
 
     def append_tokens(self, seq, num_tokens):
-        self._pool.append_tokens(int(seq), int(num_tokens))
+        self._pool.append_tokens(integer(seq, "seq"), integer(num_tokens, "num_tokens"))
 
     def free_sequence(self, seq):
-        self._pool.free_sequence(int(seq))
+        self._pool.free_sequence(integer(seq, "seq"))
 
     def has_sequence(self, seq):
-        return self._pool.has_sequence(int(seq))
+        return self._pool.has_sequence(integer(seq, "seq"))
 
     def length(self, seq):
-        return self._pool.length(int(seq))
+        return self._pool.length(integer(seq, "seq"))
 
     def pages(self, seq):
-        return np.asarray(self._pool.pages(int(seq)), dtype=np.int32)
+        return np.asarray(self._pool.pages(integer(seq, "seq")), dtype=np.int32)
 
     def pages_needed(self, seq, num_tokens):
-        return self._pool.pages_needed(int(seq), int(num_tokens))
+        return self._pool.pages_needed(integer(seq, "seq"), integer(num_tokens, "num_tokens"))
 
     def page_table(self, seqs):
         """CSR table (host numpy arrays) of the given sequences, in that order."""
-        return PageTable._from_tuple(self._pool.page_table([int(s) for s in seqs]))
+        return PageTable._from_tuple(self._pool.page_table(lengths(seqs, "seqs")))
 
     def __repr__(self):
         return f"PagePool(num_pages={self.num_pages}, page_size={self.page_size}, free_pages={self.free_pages})"
+
+
+def _host_index(fw, values, like, name):
+    """Lists / tuples of integers and host numpy arrays, checked (int32 values), as arrays of
+    like's framework on its device; other arrays as they are (the extension checks them)."""
+    if isinstance(values, (list, tuple, np.ndarray)):
+        values = index_array(values, name)
+        if fw.name != "numpy":
+            values = fw.index_array(values, like)
+    return values
+
+
+def _check_cache(cache):
+    if not isinstance(cache, PagedKVCache):
+        raise TypeError(f"cache: expected a PagedKVCache, got {_type_name(cache)}")
+
+
+def _check_table(table):
+    if not isinstance(table, PageTable):
+        raise TypeError(f"table: expected a PageTable, got {_type_name(table)}")
+
+
+def _type_name(x):
+    return "None" if x is None else type(x).__qualname__
 
 
 def _table_arrays(table, fw, like, keep):
@@ -160,9 +192,10 @@ def _table_arrays(table, fw, like, keep):
     are appended to `keep`, which the caller holds until the call returns: a raw descriptor
     does not keep its array alive."""
     arrs = []
-    for a in (table.kv_indptr, table.kv_indices, table.kv_last_page_len):
+    for a, name in ((table.kv_indptr, "kv_indptr"), (table.kv_indices, "kv_indices"),
+                    (table.kv_last_page_len, "kv_last_page_len")):
         if fw.name != "numpy" and isinstance(a, np.ndarray):
-            a = fw.index_array(a, like)  # host table, device cache: copy across
+            a = fw.index_array(index_array(a, name), like)  # host table, device cache: copy across
             keep.append(a)
         arrs.append(fw.to_c(a))
     return arrs
@@ -175,10 +208,11 @@ def append_paged_kv(cache, table, append_indptr, new_k, new_v):
     append_indptr[b] .. append_indptr[b+1] of new_k/new_v (total_new, heads_kv, head_dim)
     and become its last positions.
     """
+    _check_cache(cache)
+    _check_table(table)
     fw = adapter_for(cache.k_pages, "cache.k_pages")
     like = cache.k_pages
-    if isinstance(append_indptr, (list, tuple)) or (fw.name != "numpy" and isinstance(append_indptr, np.ndarray)):
-        append_indptr = fw.index_array(append_indptr, like)
+    append_indptr = _host_index(fw, append_indptr, like, "append_indptr")
     keep = []
     indptr, indices, last = _table_arrays(table, fw, like, keep)
     _C.append_paged_kv(fw.to_c(cache.k_pages), fw.to_c(cache.v_pages), cache.layout, indptr, indices, last,
@@ -188,13 +222,11 @@ def append_paged_kv(cache, table, append_indptr, new_k, new_v):
 
 def copy_pages(cache, src_pages, dst_pages):
     """Copy whole pages, K and V: page dst[i] := page src[i] (prefix sharing, copy-on-write)."""
+    _check_cache(cache)
     fw = adapter_for(cache.k_pages, "cache.k_pages")
     like = cache.k_pages
-    src, dst = src_pages, dst_pages
-    if isinstance(src, (list, tuple)) or (fw.name != "numpy" and isinstance(src, np.ndarray)):
-        src = fw.index_array(src, like)
-    if isinstance(dst, (list, tuple)) or (fw.name != "numpy" and isinstance(dst, np.ndarray)):
-        dst = fw.index_array(dst, like)
+    src = _host_index(fw, src_pages, like, "src_pages")
+    dst = _host_index(fw, dst_pages, like, "dst_pages")
     _C.copy_pages(fw.to_c(cache.k_pages), fw.to_c(cache.v_pages), cache.layout, fw.to_c(src), fw.to_c(dst),
                   fw.stream(like), _config["num_threads"])
 
@@ -215,11 +247,14 @@ class BatchAttention:
         wl, wr = _window(window)
         self.return_lse = bool(return_lse)
         self.layout = layout
-        self._impl = _C.BatchAttention(int(heads_q), int(heads_kv), int(head_dim), dtype_name(dtype), layout,
-                                       int(page_size), None if scale is None else float(scale), bool(causal), wl, wr,
-                                       float(softcap), self.return_lse, split, int(kv_chunk_tokens), int(max_requests),
-                                       int(max_q_tokens))
-        self.heads_q = int(heads_q)
+        heads_q = integer(heads_q, "heads_q")
+        self._impl = _C.BatchAttention(heads_q, integer(heads_kv, "heads_kv"), integer(head_dim, "head_dim"),
+                                       dtype_name(dtype), layout, integer(page_size, "page_size"),
+                                       _scale(scale), bool(causal), wl, wr, _softcap(softcap),
+                                       self.return_lse, split, integer(kv_chunk_tokens, "kv_chunk_tokens"),
+                                       integer(max_requests, "max_requests"),
+                                       integer(max_q_tokens, "max_q_tokens"))
+        self.heads_q = heads_q
         self.workspace = None
         self._device = None
         self._facts = {}
@@ -233,26 +268,28 @@ class BatchAttention:
     def workspace_size(self, like=None, num_sms=None):
         """Bytes of workspace for this configuration on like's device (cpu when None)."""
         kind, index = ("cpu", 0) if like is None else adapter_for(like, "like").device(like)
-        sms = self._num_sms(kind, index) if num_sms is None else int(num_sms)
+        sms = self._num_sms(kind, index) if num_sms is None else integer(num_sms, "num_sms")
         return self._impl.workspace_size(kind, index, sms)
 
     def plan(self, q_lens, kv_lens, *, like=None, workspace=None, num_sms=None):
         """Plan a batch: q_lens[b] query tokens, kv_lens[b] cached tokens (including this step's)."""
         if workspace is not None:
             like = workspace
-        if like is None:
-            like = np.empty(0, np.uint8)
-        fw = adapter_for(like, "like")
+            fw = adapter_for(workspace, "workspace")
+        else:
+            if like is None:
+                like = np.empty(0, np.uint8)
+            fw = adapter_for(like, "like")
         kind, index = fw.device(like)
-        sms = self._num_sms(kind, index) if num_sms is None else int(num_sms)
+        sms = self._num_sms(kind, index) if num_sms is None else integer(num_sms, "num_sms")
+        ql = lengths(q_lens, "q_lens")
+        kl = lengths(kv_lens, "kv_lens")
         if workspace is None:
             need = self._impl.workspace_size(kind, index, sms)
             ws = self.workspace
             if ws is None or self._device != (kind, index) or int(ws.shape[0]) < need:
                 ws = fw.empty(like, (max(need, 1),), "uint8")
             workspace = ws
-        ql = [int(x) for x in np.asarray(_host(q_lens)).reshape(-1)]
-        kl = [int(x) for x in np.asarray(_host(kv_lens)).reshape(-1)]
         self._impl.plan(ql, kl, kind, index, sms, _workspace_c(workspace), fw.stream(like))
         self.workspace = workspace
         self._device = (kind, index)
@@ -261,7 +298,12 @@ class BatchAttention:
         """out (like q) and, when configured with return_lse, lse (heads_q, total_q) fp32."""
         if self.workspace is None:
             raise ValueError("workspace: expected plan() to have been called before run(), got no plan")
+        if lse is not None and not self.return_lse:  # it would be ignored, never written
+            raise InvalidArgumentError("lse: expected None (this BatchAttention was made with return_lse=False), "
+                                       f"got {describe(lse)}", "invalid_argument", "lse")
         fw = adapter_for(q)
+        _check_cache(cache)
+        _check_table(table)
         if out is None:
             out = fw.empty_like(q)
         if self.return_lse and lse is None:
@@ -280,13 +322,7 @@ class BatchAttention:
     planned_work_items = property(lambda self: self._impl.planned_work_items)
 
     def planned_splits(self, request):
-        return self._impl.planned_splits(int(request))
-
-
-def _host(values):
-    if isinstance(values, (list, tuple, np.ndarray)):
-        return values
-    return adapter_for(values, "lengths").to_numpy(values)
+        return self._impl.planned_splits(integer(request, "request"))
 
 
 def _workspace_c(ws):

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils import _python_dispatch
 
-from . import _ops
+from . import _checks, _ops
 from ._arrays import adapter_for_module
 
 
@@ -210,48 +210,68 @@ def eager_no_grad(*tensors):
     calls the kernels directly, without the custom op's dispatch (~0.1 ms of Python)."""
     if _is_compiling():  # first: under dynamo it folds to True and nothing below is traced
         return False
+    if not _plain(*tensors):  # before requires_grad: k may be None or a numpy array (the slow path names it)
+        return False
     if _is_grad_enabled():
         for t in tensors:
             if t.requires_grad:
                 return False
-    return _plain(*tensors)
+    return True
 
 
 adapter = adapter_for_module("torch")  # what _ops._forward_torch takes for these tensors
 
 
-def _to_index(values, like):
+def _check_tensors(like_name, like, **named):
+    """TypeError naming the first argument that is not a torch Tensor (None, a numpy array): the
+    custom ops' schemas take Tensors only, and torch's own message dumps the value."""
+    for name, t in named.items():
+        if not isinstance(t, Tensor):
+            got = "None" if t is None else f"{type(t).__module__}.{type(t).__qualname__}"
+            raise TypeError(f"{name}: expected a torch.Tensor ({like_name} is one, on {like.device}), got {got}")
+
+
+def _to_index(values, like, name):
+    """A Tensor as it is (the extension checks it is int32); a list or host array checked on the
+    host (integers that fit int32; numpy arrays int32) and moved to like's device."""
     if isinstance(values, Tensor):
         return values
-    return torch.as_tensor(values, dtype=torch.int32, device=like.device)
+    if values is None:
+        raise TypeError(f"{name}: expected an int32 tensor or a sequence of integers, got None")
+    return torch.as_tensor(_checks.index_array(values, name), device=like.device)
 
 
 def attention(q, k, v, causal, window, softcap, scale, return_lse):
+    _check_tensors("q", q, k=k, v=v)
     wl, wr = _ops._window(window)
-    out, lse = attention_fwd(q, k, v, None if scale is None else float(scale), bool(causal), wl, wr, float(softcap))
+    out, lse = attention_fwd(q, k, v, _ops._scale(scale), bool(causal), wl, wr, _ops._softcap(softcap))
     return (out, lse) if return_lse else out
 
 
 def attention_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_lse):
+    _check_tensors("q", q, k=k, v=v)
     wl, wr = _ops._window(window)
-    out, lse = attention_ragged_fwd(q, k, v, _to_index(cu_q, q), _to_index(cu_k, q),
-                                    None if scale is None else float(scale), bool(causal), wl, wr, float(softcap))
+    out, lse = attention_ragged_fwd(q, k, v, _to_index(cu_q, q, "cu_seqlens_q"), _to_index(cu_k, q, "cu_seqlens_k"),
+                                    _ops._scale(scale), bool(causal), wl, wr, _ops._softcap(softcap))
     return (out, lse) if return_lse else out
 
 
 def attention_backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic):
+    _check_tensors("q", q, k=k, v=v, out=out, dout=dout, lse=lse)
     wl, wr = _ops._window(window)
-    return attention_bwd(dout, q, k, v, out, lse, None if scale is None else float(scale), bool(causal), wl, wr,
-                         float(softcap), bool(deterministic))
+    return attention_bwd(dout, q, k, v, out, lse, _ops._scale(scale), bool(causal), wl, wr,
+                         _ops._softcap(softcap), bool(deterministic))
 
 
 def attention_ragged_backward(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softcap, scale, deterministic):
+    _check_tensors("q", q, k=k, v=v, out=out, dout=dout, lse=lse)
     wl, wr = _ops._window(window)
-    return attention_ragged_bwd(dout, q, k, v, _to_index(cu_q, q), _to_index(cu_k, q), out, lse,
-                                None if scale is None else float(scale), bool(causal), wl, wr, float(softcap),
-                                bool(deterministic))
+    cu_q, cu_k = _to_index(cu_q, q, "cu_seqlens_q"), _to_index(cu_k, q, "cu_seqlens_k")
+    return attention_ragged_bwd(dout, q, k, v, cu_q, cu_k, out, lse, _ops._scale(scale),
+                                bool(causal), wl, wr, _ops._softcap(softcap), bool(deterministic))
 
 
 def merge_states(o_states, lse_states, return_lse):
+    _check_tensors("o_states", o_states, lse_states=lse_states)
     out, lse = merge_states_op(o_states, lse_states)
     return (out, lse) if return_lse else out
