@@ -162,6 +162,11 @@ int PagePool::pages_needed(int seq, int num_tokens) const {
   validate::FunctionScope scope("PagePool::pages_needed");
   const Sequence& s = live_sequence(seq, "seq");
   if (num_tokens < 0) validate::fail(ErrorCode::invalid_argument, "num_tokens", ">= 0", validate::str(num_tokens));
+  // As append_tokens: a sequence holds at most 2^31 - 1 tokens, so the count fits an int.
+  if (s.length + num_tokens > INT32_MAX)
+    validate::fail(ErrorCode::invalid_argument, "num_tokens",
+                   "a total length of at most 2^31 - 1 tokens (sequence holds " + validate::str(s.length) + ")",
+                   validate::str(num_tokens));
   const std::int64_t total = (s.length + num_tokens + page_size_ - 1) / page_size_;
   return static_cast<int>(total - static_cast<std::int64_t>(s.pages.size()));
 }

@@ -174,6 +174,12 @@ TEST(PagePool, InvalidSequenceIdsAndCounts) {
   EXPECT_EQ(pool.free_pages(), 4);
   const std::vector<int> seqs{b, a};
   EXPECT_EQ(catch_error([&] { (void)pool.page_table(seqs); }).argument(), "seqs[1]");
+  // A count whose total passes 2^31 - 1 tokens is refused (at page size 1 the page count could
+  // pass 2^31 and wrap negative).
+  pool.append_tokens(b, 1);
+  EXPECT_EQ(pool.pages_needed(b, 2147483646), (2147483647LL + 7) / 8 - 1);
+  EXPECT_EQ(catch_error([&] { (void)pool.pages_needed(b, 2147483647); }).argument(), "num_tokens");
+  pool.free_sequence(b);
   EXPECT_EQ(catch_error([] { PagePool p(4, 0); }).argument(), "page_size");
   EXPECT_EQ(catch_error([] { PagePool p(-1, 4); }).argument(), "num_pages");
 }
