@@ -991,6 +991,24 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   };
   capture_and_launch(pa);
   expect_close(result(pa), oa, "graph a");
+  {
+    // A small fixed number of kernels a run() (issue #4): at most two attention kernels (on
+    // compute capability 9.0 by default the sm90 prefill beside the decode-only kernel; the
+    // fused kernel on the portable path) and the merge; no other graph node.
+    std::size_t nodes = 0;
+    TESSERA_TEST_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes));
+    std::vector<cudaGraphNode_t> all(nodes);
+    TESSERA_TEST_CUDA(cudaGraphGetNodes(graph, all.data(), &nodes));
+    int kernels = 0;
+    for (cudaGraphNode_t n : all) {
+      cudaGraphNodeType type;
+      TESSERA_TEST_CUDA(cudaGraphNodeGetType(n, &type));
+      if (type == cudaGraphNodeTypeKernel) ++kernels;
+    }
+    EXPECT_GE(kernels, 2) << "an attention kernel and the merge";
+    EXPECT_LE(kernels, 3) << nodes << " graph nodes";
+    EXPECT_EQ(static_cast<int>(nodes), kernels) << "run() enqueues kernels only";
+  }
 
   // Batch b planned into the same workspace; the graph (captured with a's views) replays b.
   plan(pb);
