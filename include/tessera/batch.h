@@ -83,7 +83,9 @@ class BatchAttention {
   void plan(std::span<const std::int32_t> q_lens, std::span<const std::int32_t> kv_lens,
             const DeviceFacts& facts, const Workspace& workspace, const ExecutionContext& ctx = {});
 
-  // out like q; lse (heads_q, total_q) fp32 when config.options.return_lse.
+  // out like q; lse (heads_q, total_q) fp32 when config.options.return_lse. The workspace must
+  // hold the last plan() as written: on the CPU, run() checks the plan arrays (a hash) and throws
+  // plan_mismatch if they changed; on CUDA it trusts them (a check would cost a device read).
   void run(const Tensor& q, const PagedKVCache& cache, const PageTable& table, const Tensor& out,
            const Tensor& lse, const Workspace& workspace, const ExecutionContext& ctx = {}) const;
 

@@ -99,6 +99,26 @@ DeviceFacts query_device(const Device& device) {
 #endif
 }
 
+namespace {
+// FNV-1a over the bytes of the plan arrays plan() wrote (plan::used_ranges), 8 bytes a step.
+std::uint64_t plan_digest(const void* base, const plan::WorkspaceLayout& layout, const plan::PlanSummary& summary) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto* bytes = static_cast<const unsigned char*>(base);
+  const plan::PlanRanges ranges = plan::used_ranges(layout, summary);
+  for (int i = 0; i < ranges.count; ++i) {
+    std::uint64_t at = ranges.range[i].begin;
+    const std::uint64_t end = ranges.range[i].end;
+    for (; at + 8 <= end; at += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, bytes + at, 8);
+      h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; at < end; ++at) h = (h ^ bytes[at]) * 0x100000001b3ull;
+  }
+  return h;
+}
+}  // namespace
+
 struct BatchAttention::State {
   BatchConfig config;
   // The current plan: where it lives and the host copy of what run() checks against.
@@ -108,6 +128,9 @@ struct BatchAttention::State {
   plan::WorkspaceLayout layout;
   plan::PlanSummary summary;
   std::vector<std::int32_t> kv_lens, splits;  // kv_lens: run() checks the page table against them
+  // A host workspace's plan arrays, hashed when plan() wrote them: the CPU executor trusts every
+  // index in them, so run() refuses a workspace changed since instead of reading out of bounds.
+  std::uint64_t host_plan_digest = 0;
   plan::PlanScratch scratch;
   // Host image of the plan arrays for device workspaces (16-byte aligned), copied on plan():
   // pinned buffers taken in turn (the copy only enqueues), or the pageable `image` when pinned
@@ -186,8 +209,10 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
   const std::uint64_t generation = next_generation.fetch_add(1);
   // build_plan checks the split capacity before it writes; the state changes only after.
   plan::PlanSummary summary;
+  std::uint64_t digest = 0;
   if (workspace.device.kind == DeviceKind::cpu) {
     summary = plan::build_plan(cfg, layout, q_lens, kv_lens, generation, workspace.data, s.scratch, &s.splits);
+    digest = plan_digest(workspace.data, layout, summary);
   } else {
 #if defined(TESSERA_WITH_CUDA)
     // Plan into a host image, then copy the used parts on ctx.stream. From a pinned image the
@@ -239,6 +264,7 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
   s.layout = layout;
   s.summary = summary;
   s.kv_lens.assign(kv_lens.begin(), kv_lens.end());
+  s.host_plan_digest = digest;
 }
 
 void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageTable& table, const Tensor& out,
@@ -259,6 +285,9 @@ void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageT
            header->magic != plan::kPlanMagic ? std::string("no plan")
                                              : "generation " + std::to_string(header->generation) +
                                                    " (another plan() wrote this workspace)");
+    if (plan_digest(workspace.data, s.layout, s.summary) != s.host_plan_digest)
+      fail(ErrorCode::plan_mismatch, "workspace", "the plan arrays as plan() wrote them",
+           "a workspace whose plan arrays were changed since plan()");
   }
 
   check_tokens(q, "q", c, device, s.summary.total_q);

@@ -393,6 +393,20 @@ TEST_F(RunValidation, WorkspaceOverwrittenByAnotherPlan) {
   intruder.plan(q_lens, kv_lens, facts, w);
   expect(ErrorCode::plan_mismatch, "workspace");
 }
+// The CPU executor trusts the plan's indices: a workspace whose plan arrays changed after plan()
+// (past the header, which the generation check covers) is refused, not read out of bounds (the
+// fuzzing pass of the thirtieth session segfaulted here). Bytes of the partial-state region,
+// which run() itself writes, may change.
+TEST_F(RunValidation, WorkspaceChangedAfterPlan) {
+  auto* bytes = static_cast<unsigned char*>(ws.data());
+  const std::size_t at = sizeof(plan::PlanHeader) + 4;  // qo_indptr[1]
+  bytes[at] ^= 0x40;
+  expect(ErrorCode::plan_mismatch, "workspace");
+  bytes[at] ^= 0x40;
+  EXPECT_NO_THROW(ba.run(q, cache, table, out, lse, w));
+  bytes[ws.bytes - 1] ^= 0x40;  // the last partial_o byte: not plan data
+  EXPECT_NO_THROW(ba.run(q, cache, table, out, lse, w));
+}
 TEST_F(RunValidation, QDtypeHeadsDimStrideDevice) {
   HostTensor q16(DType::f16, {3, 4, 16}), qh(DType::bf16, {3, 2, 16}), qd(DType::bf16, {3, 4, 32}), q2(DType::bf16, {3, 64});
   for (const HostTensor* t : {&q16, &qh, &qd, &q2}) {
