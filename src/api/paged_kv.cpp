@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/validate.h"
@@ -168,6 +169,11 @@ void append_paged_kv(const PagedKVCache& cache, const PageTable& table, const Te
   validate::unit_stride(append_indptr, "append_indptr", 0, "its only dim");
   new_tokens(new_k, "new_k", c, cache.k_pages);
   new_tokens(new_v, "new_v", c, cache.k_pages);
+  // The new tokens are read while the pages are written: not inside them.
+  for (const auto& [t, name] : {std::pair{&new_k, "new_k"}, std::pair{&new_v, "new_v"}}) {
+    validate::disjoint(*t, name, cache.k_pages, "cache.k_pages");
+    validate::disjoint(*t, name, cache.v_pages, "cache.v_pages");
+  }
   const std::int64_t total_new = new_k.shape[0];
   validate::dim_equals(new_v, "new_v", 0, total_new, "total_new, as new_k");
   if (total_new > INT32_MAX) fail(ErrorCode::invalid_argument, "new_k", "fewer than 2^31 rows", str(total_new));

@@ -125,6 +125,13 @@ TEST_F(AppendValidation, CacheBroadcastPages) {
   cache.k_pages = with_stride(cache.k_pages, 0, 0);
   expect(ErrorCode::invalid_argument, "cache.k_pages");
 }
+TEST_F(AppendValidation, NewTokensInsideTheCache) {
+  nk = Tensor(cache.k_pages.data, DType::bf16, {3, 2, 16});
+  expect(ErrorCode::invalid_argument, "new_k");
+  nk = f.new_k.view();
+  nv = Tensor(cache.k_pages.data, DType::bf16, {3, 2, 16});
+  expect(ErrorCode::invalid_argument, "new_v");
+}
 TEST_F(AppendValidation, CacheEmptyPages) {
   cache.k_pages.shape[1] = 0;
   cache.v_pages.shape[1] = 0;
