@@ -100,20 +100,31 @@ DeviceFacts query_device(const Device& device) {
 }
 
 namespace {
-// FNV-1a over the bytes of the plan arrays plan() wrote (plan::used_ranges), 8 bytes a step.
-std::uint64_t plan_digest(const void* base, const plan::WorkspaceLayout& layout, const plan::PlanSummary& summary) {
+// FNV-1a over what a CPU run() reads of the plan: the header, the batch's entries of qo_indptr
+// and kv_len, the items and the used merge arrays (not the capacity-sized tails: the cost
+// follows the batch, ~1 ns a byte), 8 bytes a step.
+std::uint64_t plan_digest(const void* base, const plan::WorkspaceLayout& l, const plan::PlanSummary& s) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   const auto* bytes = static_cast<const unsigned char*>(base);
-  const plan::PlanRanges ranges = plan::used_ranges(layout, summary);
-  for (int i = 0; i < ranges.count; ++i) {
-    std::uint64_t at = ranges.range[i].begin;
-    const std::uint64_t end = ranges.range[i].end;
+  auto add = [&](std::uint64_t at, std::uint64_t n) {
+    const std::uint64_t end = at + n;
     for (; at + 8 <= end; at += 8) {
       std::uint64_t w;
       std::memcpy(&w, bytes + at, 8);
       h = (h ^ w) * 0x100000001b3ull;
     }
     for (; at < end; ++at) h = (h ^ bytes[at]) * 0x100000001b3ull;
+  };
+  constexpr std::uint64_t i32 = sizeof(std::int32_t);
+  const auto batch = static_cast<std::uint64_t>(s.batch), merge = static_cast<std::uint64_t>(s.num_merge_rows);
+  add(l.header, sizeof(plan::PlanHeader));
+  add(l.qo_indptr, i32 * (batch + 1));
+  add(l.kv_len, i32 * batch);
+  add(l.items, sizeof(plan::WorkItem) * static_cast<std::uint64_t>(s.num_items));
+  if (merge > 0) {
+    add(l.merge_indptr, i32 * (merge + 1));
+    add(l.merge_row, i32 * merge);
+    add(l.merge_partial, i32 * static_cast<std::uint64_t>(s.num_partial_rows));
   }
   return h;
 }

@@ -133,10 +133,16 @@ namespace {
 
 // append_paged_kv and copy_pages write the cache: each page tensor must be free of overlapping
 // elements and apart from the other (K and V in one buffer would be written over each other).
-void check_cache_writable(const PagedKVCache& cache) {
+// copy_pages may take one tensor as both (a shared latent cache, as MLA keeps): it copies the
+// same bytes twice.
+void check_cache_writable(const PagedKVCache& cache, bool allow_same_tensor) {
   validate::no_internal_overlap(cache.k_pages, "cache.k_pages");
   validate::no_internal_overlap(cache.v_pages, "cache.v_pages");
-  validate::disjoint(cache.v_pages, "cache.v_pages", cache.k_pages, "cache.k_pages");
+  const Tensor& k = cache.k_pages;
+  const Tensor& v = cache.v_pages;
+  bool same = k.data == v.data && k.dtype == v.dtype && k.rank == v.rank;
+  for (int d = 0; same && d < k.rank; ++d) same = k.shape[d] == v.shape[d] && k.stride[d] == v.stride[d];
+  if (!(allow_same_tensor && same)) validate::disjoint(v, "cache.v_pages", k, "cache.k_pages");
 }
 
 using validate::fail;
@@ -158,7 +164,7 @@ void append_paged_kv(const PagedKVCache& cache, const PageTable& table, const Te
                      const Tensor& new_k, const Tensor& new_v, const ExecutionContext& ctx) {
   validate::FunctionScope scope("append_paged_kv");
   const PagedCacheParams c = api::build_paged_cache_params(cache);
-  check_cache_writable(cache);
+  check_cache_writable(cache, false);
   const Device device = cache.k_pages.device;
   const PageTableParams t = api::build_page_table_params(table, c, device);
   validate::rank(append_indptr, "append_indptr", 1, "(batch + 1)");
@@ -227,7 +233,7 @@ void copy_pages(const PagedKVCache& cache, const Tensor& src_pages, const Tensor
                 const ExecutionContext& ctx) {
   validate::FunctionScope scope("copy_pages");
   const PagedCacheParams c = api::build_paged_cache_params(cache);
-  check_cache_writable(cache);
+  check_cache_writable(cache, true);
   for (const auto& [t, name] : {std::pair{&src_pages, "src_pages"}, std::pair{&dst_pages, "dst_pages"}}) {
     validate::rank(*t, name, 1, "(count)");
     validate::dtype_is(*t, name, DType::i32);

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -46,9 +45,10 @@ void parallel_for(std::int64_t n, int num_threads, const std::function<void(std:
   for (std::int64_t t = 1; t < threads; ++t) {
     try {
       pool.emplace_back(worker);
-    } catch (const std::system_error&) {
-      // No more threads (a process or memory limit): the ones started and this one claim every
-      // chunk, so the work completes on fewer threads with the same chunks and results.
+    } catch (...) {
+      // No more threads (a process or memory limit: std::system_error, or std::bad_alloc for
+      // the thread's state): the ones started and this one claim every chunk, so the work
+      // completes on fewer threads with the same chunks and results.
       break;
     }
   }

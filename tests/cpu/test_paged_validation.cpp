@@ -268,7 +268,12 @@ class CopyValidation : public ::testing::Test {
 TEST_F(CopyValidation, ValidArgumentsAreAccepted) { EXPECT_NO_THROW(copy_pages(cache, src, dst)); }
 TEST_F(CopyValidation, Cache) { cache.v_pages = Tensor{}; expect(ErrorCode::invalid_argument, "cache.v_pages"); }
 TEST_F(CopyValidation, CacheKAndVShareMemory) {
+  // One tensor as both K and V (a shared latent cache): copied twice, allowed.
   cache.k_pages = cache.v_pages;
+  EXPECT_NO_THROW(copy_pages(cache, src, dst));
+  // K one token past V's start: overlapping without being the same tensor, refused.
+  cache = f.cache();
+  cache.k_pages.data = static_cast<unsigned char*>(cache.v_pages.data) + 2 * 16 * 2;
   expect(ErrorCode::invalid_argument, "cache.v_pages");
 }
 TEST_F(CopyValidation, SrcDtypeRankDevice) {

@@ -18,7 +18,7 @@ __device__ __forceinline__ unsigned int words_sum(uint4 v) { return v.x + v.y + 
 
 // Grid-stride over 16-byte vectors with kUnroll independent streaming loads (evict-first: the
 // data is read once) per step; each warp adds its sum into *sum once.
-__global__ void __launch_bounds__(kThreads) read_sum_kernel(const uint4* __restrict__ data, std::size_t n,
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) read_sum_kernel(const uint4* __restrict__ data, std::size_t n,
                                                             unsigned int* __restrict__ sum) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kThreads;
   std::size_t i = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x;
