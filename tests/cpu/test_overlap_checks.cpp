@@ -17,33 +17,37 @@
 namespace tessera::testing {
 namespace {
 
-// Every byte a view touches, as offsets from a common base address.
-std::set<std::int64_t> bytes_of(const Tensor& t, std::int64_t base) {
-  std::set<std::int64_t> out;
-  const std::int64_t size = static_cast<std::int64_t>(dtype_size(t.dtype));
+// Calls fn(offset) with the element offset of every index of a view (all its sizes >= 1).
+void for_each_offset(const Tensor& t, const std::function<void(std::int64_t)>& fn) {
   std::int64_t idx[kMaxRank] = {};
   for (;;) {
     std::int64_t off = 0;
     for (int d = 0; d < t.rank; ++d) off += idx[d] * t.stride[d];
-    for (std::int64_t b = 0; b < size; ++b) out.insert(base + off * size + b);
+    fn(off);
     int d = t.rank - 1;
     while (d >= 0 && ++idx[d] == t.shape[d]) idx[d--] = 0;
-    if (d < 0) return out;
+    if (d < 0) return;
   }
+}
+
+// Every byte a view touches, as offsets from a common base address.
+std::set<std::int64_t> bytes_of(const Tensor& t, std::int64_t base) {
+  std::set<std::int64_t> out;
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(t.dtype));
+  for_each_offset(t, [&](std::int64_t off) {
+    for (std::int64_t b = 0; b < size; ++b) out.insert(base + off * size + b);
+  });
+  return out;
 }
 
 bool has_duplicate_elements(const Tensor& t) {
   std::set<std::int64_t> seen;
-  std::int64_t idx[kMaxRank] = {}, count = 0;
-  for (;;) {
-    std::int64_t off = 0;
-    for (int d = 0; d < t.rank; ++d) off += idx[d] * t.stride[d];
+  std::int64_t count = 0;
+  for_each_offset(t, [&](std::int64_t off) {
     seen.insert(off);
     ++count;
-    int d = t.rank - 1;
-    while (d >= 0 && ++idx[d] == t.shape[d]) idx[d--] = 0;
-    if (d < 0) return static_cast<std::int64_t>(seen.size()) != count;
-  }
+  });
+  return static_cast<std::int64_t>(seen.size()) != count;
 }
 
 bool throws(const std::function<void()>& f) {
