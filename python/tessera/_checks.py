@@ -92,12 +92,14 @@ def int_array(values, name, lo=INT32_MIN, hi=INT32_MAX):
 
 def index_array(values, name):
     """cu_seqlens, append_indptr, page indices, page-table arrays given on the host: a numpy
-    array must already be int32 (as arrays of every other framework); a list or tuple of
-    integers becomes one when every value fits."""
+    array must already be int32 (as arrays of every other framework, and as FlashAttention and
+    FlashInfer want them: an int64 array is not narrowed behind the caller's back, which would
+    copy it on every call); a list or tuple of integers becomes one when every value fits."""
     if isinstance(values, np.ndarray):
         if values.dtype != np.int32:
             from ._arrays import dtype_name
-            raise DTypeError(f"{name}: expected dtype int32, got dtype {dtype_name(values.dtype)}",
+            hint = "; convert it once with .astype(np.int32)" if values.dtype.kind in "iu" else ""
+            raise DTypeError(f"{name}: expected dtype int32, got dtype {dtype_name(values.dtype)}{hint}",
                              "invalid_argument", name)
         return values
     if isinstance(values, (list, tuple)):

@@ -266,6 +266,8 @@ def test_index_arrays_of_another_dtype_say_int32(dtype):
     with raises_named(tessera.DTypeError, "cu_seqlens_q", "expected dtype int32, got dtype") as e:
         tessera.attention_ragged(q, k, v, np.array([0, 8], dtype), [0, 8])
     assert "fp16" not in str(e.value) and e.value.argument == "cu_seqlens_q"
+    # integer arrays get the conversion that fixes them; a float array is not told to cast
+    assert (".astype(np.int32)" in str(e.value)) == (np.dtype(dtype).kind in "iu")
     _, cache, table, nk, nv, ai = paged()
     with raises_named(TypeError, "src_pages", "expected dtype int32"):
         tessera.copy_pages(cache, np.array([1], dtype), [5])
