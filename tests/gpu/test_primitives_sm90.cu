@@ -783,6 +783,72 @@ TEST(PrimitivesSm90, WgmmaRsE4m3M64N128K32) { TESSERA_REQUIRE_SM90(); check_wgmm
 TEST(PrimitivesSm90, WgmmaRsE4m3M64N256K32) { TESSERA_REQUIRE_SM90(); check_wgmma_e4m3<256, true>(); }
 
 // ---------------------------------------------------------------------------------------------
+// wgmma.wait_group 1 (the forward's and backward's overlap: S_i waited for while P_{i-1} V_{i-1}
+// may still run): two commit groups, the first (C1 = A * B1^T) read after wait_group 1, the second
+// (C2 = A * B2^T, issued after it and twice as long) after wait_group 0. A wait that let more
+// than one group stay pending would read C1 while its wgmmas still run: accumulators still at
+// their -7 poison or partial sums. (A wait stronger than asked passes; no test can tell it from
+// timing alone.)
+
+template <typename T>
+__global__ void wgmma_wait_one_kernel(const float* a, const float* b1src, const float* b2src, float* c1, float* c2) {
+  unsigned char* b1_tile = smem_1024();            // 64 rows x 128 bytes
+  unsigned char* b2_tile = b1_tile + 64 * 128;     // 128 rows x 128 bytes (1024-aligned)
+  auto* b1 = reinterpret_cast<T*>(b1_tile);
+  auto* b2 = reinterpret_cast<T*>(b2_tile);
+  for (int i = threadIdx.x; i < 128 * 64; i += blockDim.x) {
+    const int n = i / 64, k = i % 64;
+    const auto elem = [](float x) {
+      if constexpr (Traits<T>::is_bf16) return __float2bfloat16(x);
+      else return __float2half(x);
+    };
+    if (n < 64) b1[swz128(n, k)] = elem(b1src[i]);
+    b2[swz128(n, k)] = elem(b2src[i]);
+  }
+  sm90::fence_proxy_async_shared_cta();
+  __syncthreads();
+  const int t = threadIdx.x;
+  std::uint32_t af[4][4];
+  load_a_fragments<T>(a, t, af);
+  float d1[32], d2[64];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) d1[i] = -7.0f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) d2[i] = -7.0f;
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    sm90::wgmma_rs<64, Traits<T>::is_bf16, false>(d1, af[k], sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(b1_tile) + 32 * k), k > 0);
+  sm90::wgmma_commit();
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    sm90::wgmma_rs<128, Traits<T>::is_bf16, false>(d2, af[k], sm90::make_smem_desc_sw128_kmajor(sm90::smem_u32(b2_tile) + 32 * k), k > 0);
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<1>();
+  sm90::wgmma_fence_operand(d1);
+  store_accumulators<64>(d1, c1, t, 0);
+  sm90::wgmma_wait<0>();
+  sm90::wgmma_fence_operand(d2);
+  store_accumulators<128>(d2, c2, t, 0);
+}
+
+template <typename T>
+void check_wgmma_wait_one() {
+  const GemmCase g1(64, 64), g2(64, 128);  // the same A (a_value), B1 = the first 64 rows of B2
+  DeviceBuffer<float> da(g1.a), db1(g1.b), db2(g2.b), dc1(64 * 64), dc2(64 * 128);
+  wgmma_wait_one_kernel<T><<<1, 128, (64 + 128) * 128 + 1024>>>(da.get(), db1.get(), db2.get(), dc1.get(), dc2.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  g1.check(dc1.read(), "group 1 after wait_group 1");
+  g2.check(dc2.read(), "group 2 after wait_group 0");
+}
+
+TEST(PrimitivesSm90, WgmmaWaitGroupOneLeavesTheLaterGroup) {
+  TESSERA_REQUIRE_SM90();
+  check_wgmma_wait_one<__nv_bfloat16>();
+  check_wgmma_wait_one<__half>();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Warp specialisation with setmaxnreg: 384 threads, entry cap from __launch_bounds__(384, 1).
 // Warpgroup 0 (producer) gives registers back and loads A (128 x 64) and B (64 x 64) by TMA;
 // warpgroups 1 and 2 (consumers) take more registers, wait, and each computes 64 rows of
