@@ -42,6 +42,9 @@ def main(argv=None):
                     help="a sliding window (LEFT, 0): query i sees keys i - LEFT .. i (bf16 / fp16, dense)")
     ap.add_argument("--ragged", type=int, default=None, metavar="SEQUENCES",
                     help="forward over 16384 packed tokens split into this many random lengths")
+    ap.add_argument("--lse", action="store_true",
+                    help="the forward also returns the LSE (a training forward; bf16 / fp16, dense): at head_dim 64 on "
+                         "Hopper that takes other kernels than the inference forward (kernel_traits.cuh, kTensorRowSum)")
     ap.add_argument("--serve", action="store_true",
                     help="read cases from stdin, one per line (optionally led by NAME=value environment "
                          "settings), and print one result line each: a warm process for scripts/gpu-ab")
@@ -93,7 +96,7 @@ def main(argv=None):
         q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
         run = lambda: tessera.attention_fp8(q, k, v, causal=a.causal)
     elif a.op == "forward":
-        run = lambda: tessera.attention(q, k, v, causal=a.causal, window=window)
+        run = lambda: tessera.attention(q, k, v, causal=a.causal, window=window, return_lse=a.lse)
     else:
         out, lse = tessera.attention(q, k, v, causal=a.causal, window=window, return_lse=True)
         dout = torch.randn_like(out)
