@@ -19,11 +19,15 @@ def test_main_launches_match_and_the_tail_row_launch_does_not():
     main = ["void forward_kernel<__nv_bfloat16, 64, 128, 0, 0, 0, 0>(FwdArgs)",
             "void forward_kernel<__half, 128, 176, 1, 0, 0, 0>(FwdArgs)",
             "void forward_kernel<__nv_fp8_e4m3, 256, 128, 1, 2, 1, 0>(FwdArgs)",
+            # with an 8th argument (wip/tensor-row-sum's kTensorRowSum), the main launch either way
+            "void forward_kernel<__nv_bfloat16, 64, 128, 0, 0, 0, 0, 1>(FwdArgs)",
+            "void forward_kernel<__half, 128, 176, 1, 0, 0, 0, 0>(FwdArgs)",
             "void tessera::cuda::sm80::forward_kernel<__nv_bfloat16, 64>(FwdArgs)",
             "void tessera::cuda::sm80::forward_kernel<__half, 256>(FwdArgs)"]
     for name in main:
         assert pick.search(name), name
     for name in ["void forward_kernel<__nv_bfloat16, 64, 128, 0, 0, 0, 1>(FwdArgs)",
+                 "void forward_kernel<__nv_bfloat16, 64, 128, 0, 0, 0, 1, 0>(FwdArgs)",
                  "void backward_kernel<__nv_bfloat16, 128>(BwdArgs)",
                  "void split_merge_kernel<__nv_bfloat16>(MergeArgs)"]:
         assert not pick.search(name), name
