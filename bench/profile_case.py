@@ -8,6 +8,9 @@ tokens per batch 16384, heads 2048 / head_dim.
   python3 bench/profile_case.py --d 64 --seq 4096 --window 512   (a sliding window: each query
       sees itself and the 512 keys before it; TFLOP/s over the pairs the window lets through)
 
+  python3 bench/profile_case.py --peer cudnn --d 64 --seq 1024 --causal   (torch SDPA's cuDNN
+      backend on the same inputs: its kernel for ncu, scripts/ncu-peer)
+
 Under ncu, --launch-skip 1 skips the warm-up call.
 
 --timing single (the default, what a profiler wants) times each call on its own, from an idle
@@ -43,8 +46,10 @@ def main(argv=None):
     ap.add_argument("--ragged", type=int, default=None, metavar="SEQUENCES",
                     help="forward over 16384 packed tokens split into this many random lengths")
     ap.add_argument("--lse", action="store_true",
-                    help="the forward also returns the LSE (a training forward; bf16 / fp16, dense): at head_dim 64 on "
-                         "Hopper that takes other kernels than the inference forward (kernel_traits.cuh, kTensorRowSum)")
+                    help="the forward also returns the LSE (a training forward; bf16 / fp16, dense)")
+    ap.add_argument("--peer", choices=["cudnn", "flash"], default=None,
+                    help="time torch SDPA's cuDNN or flash backend on the same dense bf16 / fp16 forward instead of "
+                         "tessera (e.g. to profile the peer's kernel with ncu beside tessera's)")
     ap.add_argument("--serve", action="store_true",
                     help="read cases from stdin, one per line (optionally led by NAME=value environment "
                          "settings), and print one result line each: a warm process for scripts/gpu-ab")
@@ -66,6 +71,9 @@ def main(argv=None):
             ap.error(f"--window: expected the keys before each query (>= 0), got {a.window}")
         if a.ragged is not None or a.dtype == "fp8" or a.causal:
             ap.error("--window: a dense bf16 / fp16 case without --causal or --ragged (the window is causal itself)")
+    if a.peer is not None and (a.ragged is not None or a.window is not None or a.dtype == "fp8" or a.lse
+                               or a.op != "forward"):
+        ap.error(f"--peer {a.peer}: a dense bf16 / fp16 forward without --ragged, --window or --lse")
     batch, heads = max(1, 16384 // a.seq), 2048 // a.d
     shape = (batch, a.seq, heads, a.d)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -92,6 +100,15 @@ def main(argv=None):
     window = (-1, -1) if a.window is None else (a.window, 0)
     if a.ragged is not None:
         pass  # run and flops were set with the packed inputs above
+    elif a.peer is not None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backend = SDPBackend.CUDNN_ATTENTION if a.peer == "cudnn" else SDPBackend.FLASH_ATTENTION
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # (b, h, s, d) views of the same storage
+
+        def run():
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=a.causal)
+        a.op = f"forward[{a.peer}]"
     elif a.dtype == "fp8":
         q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
         run = lambda: tessera.attention_fp8(q, k, v, causal=a.causal)
