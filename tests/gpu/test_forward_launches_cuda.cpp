@@ -248,6 +248,32 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
   expect_sm90_knob_refused("TESSERA_CUDA_D64_WARPGROUPS", "4", "expected 2, 3 or unset, got '4'");
 }
 
+// The masked three-warpgroup instance (head_dim 64, 192-row tiles) lets each warpgroup compute
+// only the K/V tiles its own rows see and give the rest back unread (kernel.cuh, kOwnDiagonal):
+// the knob puts short masked calls on it, so that tiles end inside a warpgroup's rows, a last
+// tile has one or two warpgroups past the sequence, rows see nothing (more queries than keys,
+// bottom-right), windows and ragged tiles mix, and lengths are odd (1, 17, 113, 1023).
+TEST(CudaForward, D64OwnDiagonalsMatchOracle) {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const CaseSpec cases[] = {
+      dense(bf16, 2, 1023, 1023, 4, 2, 64, opts(true)),         // 5 whole 192-row tiles + 63 rows
+      dense(f16, 1, 1024, 1024, 4, 4, 64, opts(true)),          // the bench's shape: a 64-row last tile
+      dense(bf16, 1, 700, 300, 2, 1, 64, opts(true)),           // 400 rows see no key
+      dense(f16, 1, 17, 113, 2, 1, 64, opts(true)),             // one tile, warpgroups 1 and 2 past the end
+      dense(bf16, 1, 500, 500, 2, 1, 64, opts(false, 100, 0)),  // a window's band
+      dense(f16, 1, 640, 900, 2, 2, 64, opts(false, 200, 50)),  // window left and right
+      ragged(bf16, {1, 113, 0, 1023, 17}, {1, 113, 5, 1023, 300}, 4, 2, 64, opts(true)),
+  };
+  auto rng = fresh_rng();
+  ScopedEnv warpgroups("TESSERA_CUDA_D64_WARPGROUPS", "3");
+  for (const CaseSpec& spec : cases) {
+    SCOPED_TRACE(spec.name());
+    GpuCase g(spec, rng);
+    g.run();
+    expect_written_within_rule(g.host);
+  }
+}
+
 // TESSERA_CUDA_FORWARD_KEY_TILE forces the short-key or the long-key tile on unmasked head_dim 64
 // calls on three consumer warpgroups (128 keys, P from registers / 192 keys, P through shared
 // memory, which the rule no longer takes: it lost where measured) and on head_dim 128

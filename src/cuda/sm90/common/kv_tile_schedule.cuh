@@ -168,6 +168,19 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, floa
   ++it;
 }
 
+// Gives back, without computing them, the n (>= 0) K/V tiles at ring positions it .. it + n - 1
+// (`it` is advanced by n): each stage once it has been filled, since the ring's empty barriers
+// count every consumer warp, and an arrival before the fill would count towards the wrong phase.
+template <int S, class Ops>
+__device__ __forceinline__ void skip_kv_tiles(int n, int& it, Ops& op) {
+  for (const int end = it + n; it < end; ++it) {
+    mbarrier_wait_parity(op.k_full(ring_stage<S>(it)), ring_phase<S>(it));
+    op.release_k(ring_stage<S>(it));
+    mbarrier_wait_parity(op.pv_full(ring_stage<S>(it)), ring_phase<S>(it));
+    op.release_v(ring_stage<S>(it));
+  }
+}
+
 // One warpgroup's share of a Q tile that every warpgroup computes on the same rows (the sm90
 // forward's tail-row instance, kernel.cuh): of the n_tiles (>= 0) K/V tiles at ring positions
 // it .. it + n_tiles - 1 (`it` is advanced by n_tiles), it computes first, first + stride, ...
@@ -184,14 +197,7 @@ __device__ __forceinline__ void run_kv_share(int n_tiles, int first, int stride,
                                              float (&o)[kO]) {
   const int end = it + n_tiles;
   int pos = it;  // the next ring position this warpgroup has not given back
-  auto skip_to = [&](int target) {  // tiles of the other warpgroups' shares
-    for (; pos < target; ++pos) {
-      mbarrier_wait_parity(op.k_full(ring_stage<S>(pos)), ring_phase<S>(pos));
-      op.release_k(ring_stage<S>(pos));
-      mbarrier_wait_parity(op.pv_full(ring_stage<S>(pos)), ring_phase<S>(pos));
-      op.release_v(ring_stage<S>(pos));
-    }
-  };
+  auto skip_to = [&](int target) { skip_kv_tiles<S>(target - pos, pos, op); };  // the other shares' tiles
   for (int i = first; i < n_tiles; i += stride) {
     skip_to(it + i);
     const int stage = ring_stage<S>(pos);

@@ -409,11 +409,23 @@ __global__ void __launch_bounds__(
   constexpr int kWarpgroups = Tr::kConsumerWarpgroups;
   static_assert(kWarpgroups <= kTurnBarrier0 - kEpilogueBarrier0, "one epilogue barrier per warpgroup");
   static_assert(kTurnBarrier0 + kWarpgroups <= 16, "named barrier ids 0..15");
-  auto take_turn = [&] { named_barrier_sync(kTurnBarrier0 + c, 256); };
+  // Own diagonals (masked 16-bit head_dim 64 on three warpgroups, 192-row Q tiles): a warpgroup
+  // computes only the K/V tiles its own 64 rows can see and gives the tile's later ones back
+  // unread (skip_kv_tiles). On a causal diagonal a 192-row tile spans 1.5 K/V tiles of 128 keys,
+  // which its first warpgroups' rows do not see: at 1k the three warpgroups then compute the
+  // same 72 warpgroup-tiles per head as two on 128-row tiles (96 with every warpgroup on every
+  // tile), and a tile past the sequence's end costs only its live warpgroups. The warpgroups
+  // then take different numbers of steps per tile, so they run without pingpong turns, and
+  // one that finishes its tile early starts its next while the others finish theirs.
+  constexpr bool kOwnDiagonal = kMasked && !kFp8 && D == 64 && kWarpgroups == 3;
+  auto take_turn = [&] {
+    if constexpr (!kOwnDiagonal) named_barrier_sync(kTurnBarrier0 + c, 256);
+  };
   // The next warpgroup's id, computed where it is used (a value kept live across the loop cost
   // the d128 x 176 instance a spill).
   auto pass_turn = [&] {
-    if constexpr (kWarpgroups == 2) named_barrier_arrive(kTurnBarrier0 + (c ^ 1), 256);
+    if constexpr (kOwnDiagonal) return;
+    else if constexpr (kWarpgroups == 2) named_barrier_arrive(kTurnBarrier0 + (c ^ 1), 256);
     else named_barrier_arrive(kTurnBarrier0 + (c + 1 == kWarpgroups ? 0 : c + 1), 256);
   };
   if (c == kWarpgroups - 1) pass_turn();
@@ -461,6 +473,7 @@ __global__ void __launch_bounds__(
     // Keys [full.begin, full.end) are visible to every row of the warpgroup: tiles inside need
     // no per-element mask (math::tile_fully_visible with its visible_keys calls hoisted).
     math::KeyRange full{0, tc.k_len};
+    [[maybe_unused]] int n_own = tc.n_tiles;  // the K/V tiles this warpgroup computes (kOwnDiagonal: its rows' own)
     if constexpr (kMasked) {
       const math::MaskSpec spec = math::MaskSpec::make(tc.q_len, tc.k_len, a.causal, a.window_left, a.window_right);
       // (32-bit forms, the same ranges: 64-bit compares lengthened the chain before the tile's
@@ -469,8 +482,13 @@ __global__ void __launch_bounds__(
       keys[1] = math::visible_keys_narrow(spec, row + 8);
       full = {-1, 0x7fffffff};  // a warpgroup without rows needs no mask
       if (wg_row0 < tc.q_len) {
-        full.begin = math::visible_keys_narrow(spec, min(wg_row0 + 64, tc.q_len) - 1).begin;
+        const math::KeyRange last_row = math::visible_keys_narrow(spec, min(wg_row0 + 64, tc.q_len) - 1);
+        full.begin = last_row.begin;
         full.end = math::visible_keys_narrow(spec, wg_row0).end;
+        // The last row sees the furthest keys (a row's end never falls as the row rises).
+        if constexpr (kOwnDiagonal) n_own = min(tc.n_tiles, max(0, (last_row.end + BN - 1) / BN - tc.n_begin));
+      } else if constexpr (kOwnDiagonal) {
+        n_own = 0;  // no rows inside the sequence
       }
     }
 
@@ -610,6 +628,9 @@ __global__ void __launch_bounds__(
         // ring holds one stage per share at a time.
         static_assert(S >= kWarpgroups, "run_kv_share: every share's tile in the ring at once");
         run_kv_share<S>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
+      } else if constexpr (kOwnDiagonal) {
+        if (n_own > 0) run_kv_tiles<S, Tr::kSerialGemms, false, true>(n_own, it, ops, s_flat, o_flat, release_pending_q);
+        skip_kv_tiles<S>(tc.n_tiles - n_own, it, ops);
       } else {
         // The tile's first Q K^T and last P V without a turn (kv_tile_schedule.cuh).
         run_kv_tiles<S, Tr::kSerialGemms, false, true>(tc.n_tiles, it, ops, s_flat, o_flat, release_pending_q);
