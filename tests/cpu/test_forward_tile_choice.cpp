@@ -33,8 +33,11 @@ TEST(Sm90ForwardTileChoice, HeadDim64) {
   expect_choice(forward_tile_choice(64, false, false, 2049), {false, 192, 128}, "2049 keys");
   expect_choice(forward_tile_choice(64, false, false, 16384), {false, 192, 128}, "16k keys");
   expect_choice(forward_tile_choice(64, false, false, 1LL << 40), {false, 192, 128}, "2^40 keys");
-  // Masked: two warpgroups up to 1024 keys, three above, 128-key tiles always.
-  expect_choice(forward_tile_choice(64, false, true, 1024), {true, 128, 128}, "masked, 1024 keys");
+  // Masked: three warpgroups at every length (each stops at its own rows' last K/V tile), 128-key
+  // tiles always.
+  expect_choice(forward_tile_choice(64, false, true, 0), {true, 192, 128}, "masked, no keys");
+  expect_choice(forward_tile_choice(64, false, true, 1), {true, 192, 128}, "masked, one key");
+  expect_choice(forward_tile_choice(64, false, true, 1024), {true, 192, 128}, "masked, 1024 keys");
   expect_choice(forward_tile_choice(64, false, true, 1025), {true, 192, 128}, "masked, 1025 keys");
   expect_choice(forward_tile_choice(64, false, true, 2048), {true, 192, 128}, "masked, 2048 keys");
   expect_choice(forward_tile_choice(64, false, true, 16384), {true, 192, 128}, "masked, 16k keys");

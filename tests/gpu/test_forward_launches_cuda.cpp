@@ -231,7 +231,7 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
   const CaseSpec cases[] = {
       dense(bf16, 2, 1024, 1024, 4, 2, 64, opts(false)),               // 1k: 8 whole 128-row tiles, 5.3 192-row ones
       dense(f16, 1, 200, 333, 8, 1, 64, opts(false, -1, -1, 2.0f)),    // partial tiles, softcap, GQA 8
-      dense(bf16, 1, 130, 1000, 2, 1, 64, opts(true)),                 // causal, short: two by the rule
+      dense(bf16, 1, 130, 1000, 2, 1, 64, opts(true)),                 // causal, short
       ragged(f16, {150, 7, 330}, {150, 200, 330}, 4, 2, 64, opts(false)),
       ragged(bf16, {65, 1, 193}, {500, 3, 193}, 4, 4, 64, opts(true)),
   };

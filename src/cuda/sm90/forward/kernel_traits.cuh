@@ -37,8 +37,8 @@ namespace tessera::cuda::sm90 {
 // exp2 unit above ~50 % busy, their phases not overlapping enough) and for fp8 at head_dim 128
 // (the same count: a 128-key tile is as much exp2 as tensor time there, and two warpgroups'
 // pingpong left both at ~40 %), two elsewhere.
-// Exception: masked head_dim 64 problems over short sequences take two (128-row tiles), see
-// short_masked_two_warpgroups.
+// (Masked head_dim 64 problems over short sequences took two, 128-row tiles, until each
+// warpgroup computed only its own rows' K/V tiles: kTwoWarpgroupMaxKeysD64.)
 constexpr int consumer_warpgroups_for(int head_dim, bool fp8 = false) {
   return (head_dim == 64 && !fp8) || (head_dim == 128 && fp8) ? 3 : 2;
 }
@@ -49,13 +49,15 @@ constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer
 constexpr int kQBoxRows = 64;
 
 // Masked (causal, window) head_dim 64 problems whose sequences average at most this many keys
-// run on two consumer warpgroups (128-row Q tiles) instead of three: a 192-row tile computes
-// and discards more of the diagonal, and a short causal problem is mostly diagonal. Measured
-// on the H200 (bf16 causal, 16k tokens): two warpgroups 0.297 ms at 1k vs three 0.326-0.335;
-// at 4k three win (0.734 vs 0.777 ms), and at 16k (2.46 vs 2.73). 2k, first measured in the
-// twenty-third session (3 rounds, knob): three 0.478-0.481 ms, two 0.517-0.527, while 1k read
-// even (two 0.341-0.385, three 0.361-0.367): so the switch sits at 1k, not 2k.
-constexpr long long kTwoWarpgroupMaxKeysD64 = 1024;
+// run on two consumer warpgroups (128-row Q tiles) instead of three: none since the
+// thirty-second session. While every warpgroup of a 192-row tile computed every K/V tile of
+// it, three lost at short lengths: a short causal problem is mostly diagonal, and the first
+// warpgroups computed and discarded the diagonal of the last (two 0.297 ms at 1k against three
+// 0.326-0.335; bf16 causal, 16k tokens, H200). Now each warpgroup stops at its own rows' last
+// K/V tile (kernel.cuh, kOwnDiagonal), so three do the same tensor work as two and hide more
+// latency: 0.94 of two's time at 512 keys, 0.98 at 1k (thirty-second session, 5 rounds).
+// The two-warpgroup masked instance stays for TESSERA_CUDA_D64_WARPGROUPS=2.
+constexpr long long kTwoWarpgroupMaxKeysD64 = -1;
 
 // Unmasked head_dim 128 problems whose sequences average at most this many keys run on 128-key
 // tiles with two Q buffers instead of 176-key tiles with one: 1024 keys are 8 whole 128-key

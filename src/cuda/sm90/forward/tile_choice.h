@@ -18,8 +18,9 @@ struct FwdTileChoice {
 // mean_keys: keys per sequence (ragged: total_k / batch); d64_warpgroups
 // (TESSERA_CUDA_D64_WARPGROUPS, 0 for the rule) and key_tile (TESSERA_CUDA_FORWARD_KEY_TILE): the
 // knobs.
-//  - masked head_dim 64 over short sequences: two consumer warpgroups (kTwoWarpgroupMaxKeysD64);
-//    the warpgroup knob forces two (unmasked calls then run the masked instance) or three;
+//  - masked head_dim 64 over short sequences: two consumer warpgroups (kTwoWarpgroupMaxKeysD64:
+//    none now); the warpgroup knob forces two (unmasked calls then run the masked instance) or
+//    three;
 //  - unmasked fp16 / bf16 head_dim 128: 128-key tiles (two Q buffers) up to
 //    kShortUnmaskedMaxKeysD128 keys, 176-key tiles (one Q buffer) above;
 //  - causal fp16 / bf16 head_dim 128 without a window: 128-key tiles up to
