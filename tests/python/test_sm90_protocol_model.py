@@ -22,6 +22,17 @@ merge slot warpgroup 0 reads holds the share of the same tile (written, not yet 
 every named-barrier generation has one arrival per warpgroup, the merge barriers end balanced,
 and the turn barriers see only the start's arrival and the end's take.
 
+The own-diagonal instance (kernel.cuh kOwnDiagonal, masked 16-bit head_dim 64: three consumer
+warpgroups, two Q buffers, a ring of 4 stages) too (run(..., own_diag=True)): warpgroup c runs
+run_kv_tiles over only the first n_own of a tile's K/V tiles (those its rows see: own_of, or
+random as the masks give them, masked_own_counts), none where n_own is 0 (its deferred Q release
+then at its epilogue), and gives the rest back unread (kv_tile_schedule.cuh skip_kv_tiles: wait
+each stage's full barrier, release), no turns at all; the producer as ever. Checked there
+besides: no turn barrier is ever used. In every instance (since the own-diagonal one): every
+consumer's ring release counts in the phase of its own ring position, each stage's empty
+barriers end with one completed phase per ring position through it, and (but in the tail's,
+whose shares are checked apart) each warpgroup computes, Q K^T and P V, exactly its tiles.
+
 A deadlock is reported as soon as every live agent is blocked on a barrier that no agent and no
 copy in flight can change (Deadlock), not after a step limit.
 
@@ -42,7 +53,11 @@ tiles per CTA); warpgroup 0 reading the slots without syncing on the full barrie
 K/V tile given back without waiting for its full barrier (early release); a share giving back
 its K stage before its Q K^T completes (the stage refilled under the wgmma); no final balancing
 sync of warpgroups 1..; the tail's Q boxes at each warpgroup's own rows (the main instance's
-step) instead of the tile's first 64 rows.
+step) instead of the tile's first 64 rows. The own-diagonal instance's, as tests too
+(test_own_mutation_fails, OWN_MUTATIONS): a skipped tile given back without waiting for its full
+barriers (early release); a warpgroup advancing its ring position by n_own, no skips (deadlock, or
+a stale K); run_kv_tiles run with n_own == 0 (a tile not its own computed); the pingpong turns
+kept (deadlock).
 """
 
 import random
@@ -155,9 +170,42 @@ TAIL_MUTATIONS = {
     "tail_q_box_step": ("Q rows", False),
 }
 
+# The own-diagonal instance's deliberate mistakes (run(..., own_diag=True, mutation=...)), as
+# TAIL_MUTATIONS.
+OWN_MUTATIONS = {
+    # skip_kv_tiles gives a tile back without waiting for its full barriers: its release counts
+    # in the previous round's phase, which frees the stage under another warpgroup
+    "skip_no_full_wait": ("released early", True),
+    # a warpgroup advances its ring position by n_own only (no skip_kv_tiles): the producer waits
+    # for the releases that never come, or the warpgroup reads an earlier tile's K/V as its next
+    # tile's, or (its last tile) the ring ends short of those releases
+    "advance_by_own": ("deadlock|stale|not given back", False),
+    # run_kv_tiles called with n_own == 0 (the `if (n_own > 0)` dropped): it issues the first
+    # Q K^T and the last P V regardless, computing a tile the warpgroup's rows do not see (and
+    # would run one position ahead of the ring)
+    "no_own_guard": ("not one of its own", False),
+    # the pingpong turns kept (take_turn / pass_turn as in the other instances): warpgroups with
+    # different own counts take different numbers of turns per tile
+    "turns_kept": ("deadlock|unbalanced turns|turn order", False),
+}
+
+
+def masked_own_counts(rnd, n, W):
+    """Own counts of a tile of n K/V tiles as the masks give them (kernel.cuh n_own): non-decreasing
+    in the warpgroup (a later warpgroup's last row sees at least as far), the last warpgroup's
+    short of the tile's end too (a window), and 0 for the warpgroups whose rows lie past the
+    sequence (the last ones of a tile)."""
+    m = sorted(rnd.randint(0, n) for _ in range(W))
+    if rnd.random() < 0.5:
+        m[-1] = n
+    if rnd.random() < 0.2:
+        dead = rnd.randint(1, W - 1)
+        m[W - dead:] = [0] * dead
+    return m
+
 
 def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False, transposers=True, tail=False,
-        mutation=None, turns_at_ends=True, defer_q_release=False, store_wait=True):
+        mutation=None, turns_at_ends=True, defer_q_release=False, store_wait=True, own_diag=False, own_of=None):
     """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
     consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB), vt_global: FP8
     with V^T loaded by the producer's TMA instead of transposed by warps; transposers=False (with
@@ -170,10 +218,18 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     the tail instance: kernel.cuh kDeferQRelease): that wait and the Q buffer's release come
     after the next tile's first Q K^T is issued, or at the next epilogue (store_wait=False: a
     deliberate mistake, the release without that wait);
+    own_diag: the own-diagonal instance (kernel.cuh kOwnDiagonal, masked 16-bit head_dim 64 on
+    three warpgroups): warpgroup c computes the first own_of(t, c) K/V tiles of tile t (default:
+    random, as the masks give them) and gives the others back unread, no turns, the Q release
+    deferred with two Q buffers (mutation: one of OWN_MUTATIONS);
     agents are generators advanced in random order, TMA copies land at random later times."""
     assert transposers or (fp8 and vt_global), "only V^T-only FP8 instances lack the transposing warps"
     assert not tail or (not fp8 and QB == 2), "the tail-row instance: 16-bit, two Q buffers (kQGroups == 1)"
-    assert mutation is None or (tail and mutation in TAIL_MUTATIONS), mutation
+    assert mutation is None or (tail and mutation in TAIL_MUTATIONS) or (
+        own_diag and mutation in OWN_MUTATIONS), mutation
+    assert not own_diag or (not fp8 and not tail), "the own-diagonal instance: 16-bit, not the tail instance"
+    if own_diag:  # as the instance runs: run_kv_tiles<..., kTurnsAtEnds = false>, kDeferQRelease
+        turns_at_ends, defer_q_release = False, QB == 2
     assert not defer_q_release or (QB == 2 and not tail), "deferred Q release: two Q buffers, not the tail instance"
     tw = 3 if fp8 and transposers else 0  # transposing warps
     rnd = random.Random(seed)
@@ -210,6 +266,12 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     qbuf = [{"rows": [None] * W} for _ in range(QB)]
     pending_tma = []  # (callback)
     tiles = list(range(tiles_per_cta))
+    if own_diag and own_of is None:
+        orng = random.Random(seed + 424242)  # apart from the schedule's
+        own_table = [masked_own_counts(orng, ntiles_of(t), W) for t in tiles]
+        own_of = lambda t, c: own_table[t][c]  # noqa: E731
+    # The K/V tiles each warpgroup computes of each tile: (Q K^T issued, P V issued).
+    computed = {}
 
     def q_rows(c):
         # The Q rows the producer puts in warpgroup c's part: its own 64 (box c), or in the tail
@@ -314,14 +376,48 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 v_empty[st].arrive(3)
                 it += 1
 
+    # kOwnDiagonal: take_turn and pass_turn are empty (the warpgroups take different numbers of
+    # steps per tile), the start's arrival and the final take included.
+    no_turns = own_diag and mutation != "turns_kept"
+
     def take(c):
+        if no_turns:
+            return
         yield from turn[c].sync(128, c)
         order.append(c)
 
     def pas(c):
+        if no_turns:
+            return
         turn[(c + 1) % W].arrive(128, c)
 
     pending = [None] * W  # per warpgroup: (Q buffer, its O store) not yet released
+
+    def release(empty, st, pos, what):
+        # release_stage: the warpgroup's 4 warps; it must count in the phase of its own ring
+        # position (pos // S), which the wait on the stage's full barrier guarantees.
+        assert empty[st].phase == pos // S, (
+            f"{what} of ring position {pos} released early (stage {st} in phase {empty[st].phase}, not {pos // S})")
+        empty[st].arrive(4)
+
+    def skip_kv_tiles(n, pos):
+        """kv_tile_schedule.cuh skip_kv_tiles (16-bit: V through v_full): gives back the n tiles at
+        ring positions pos .. pos + n - 1 unread; returns pos + n."""
+        end = pos + n
+        while pos < end:
+            # each stage once it has been filled: an arrival before the fill counts towards the
+            # previous round's phase
+            st, ph = pos % S, (pos // S) & 1
+            if mutation != "skip_no_full_wait":
+                while not k_full[st].try_wait(ph):
+                    yield BLOCKED
+            release(k_empty, st, pos, "K")
+            if mutation != "skip_no_full_wait":
+                while not v_full[st].try_wait(ph):
+                    yield BLOCKED
+            release(v_empty, st, pos, "V")
+            pos += 1
+        return pos
 
     def release_pending(c):
         if pending[c] is None:
@@ -342,6 +438,63 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
         pve = vt_empty if fp8 else v_empty
         pvb = vtbuf if fp8 else vbuf
         q_tag = lambda t: ("q", t, c)  # noqa: E731
+
+        def run_kv_tiles(n, t, b):
+            """kv_tile_schedule.cuh run_kv_tiles, overlapped: tiles 0 .. n - 1 (n > 0) of tile t from
+            ring position it."""
+            nonlocal it
+            qk, pv = computed.setdefault((t, c), ([], []))
+            st = it % S
+            while not k_full[st].try_wait((it // S) & 1):
+                yield BLOCKED
+            if turns_at_ends:
+                yield from take(c)
+            assert qbuf[b]["rows"][c] == q_tag(t), ("stale Q", qbuf[b]["rows"][c], q_tag(t))
+            assert kbuf[st] == (t, 0), ("stale K", kbuf[st], (t, 0))
+            # (run_kv_tiles needs n > 0: its first Q K^T and last P V run regardless)
+            assert n > 0, f"warpgroup {c} computes K/V tile 0 of tile {t}: not one of its own ({n})"
+            qk.append(0)
+            if turns_at_ends:
+                pas(c)
+            yield from release_pending(c)  # run_kv_tiles' after_first_qk
+            yield  # the wgmma runs until its wait: Q and K must still hold this tile's data
+            assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, 0), "Q or K overwritten under the wgmma"
+            release(k_empty, st, it, "K")
+            for i in range(1, n):
+                prev = it % S
+                it += 1
+                st = it % S
+                while not k_full[st].try_wait((it // S) & 1):
+                    yield BLOCKED
+                while not pvf[prev].try_wait(((it - 1) // S) & 1):
+                    yield BLOCKED
+                yield from take(c)
+                assert qbuf[b]["rows"][c] == q_tag(t), ("stale Q", qbuf[b]["rows"][c], q_tag(t))
+                assert kbuf[st] == (t, i), ("stale K", kbuf[st], (t, i))
+                assert pvb[prev] == (t, i - 1), ("stale V", pvb[prev], (t, i - 1))
+                qk.append(i)
+                pv.append(i - 1)
+                pas(c)
+                yield
+                assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, i), "Q or K overwritten under the wgmma"
+                release(k_empty, st, it, "K")
+                yield
+                assert pvb[prev] == (t, i - 1), "V overwritten under the wgmma"
+                release(pve, prev, it - 1, "V")
+            last = it % S
+            while not pvf[last].try_wait((it // S) & 1):
+                yield BLOCKED
+            if turns_at_ends:
+                yield from take(c)
+            assert pvb[last] == (t, n - 1), ("stale V", pvb[last], (t, n - 1))
+            pv.append(n - 1)
+            if turns_at_ends:
+                pas(c)
+            yield
+            assert pvb[last] == (t, n - 1), "V overwritten under the wgmma"
+            release(pve, last, it, "V")
+            it += 1
+
         for r in range(len(tiles) + 1):
             t = yield from read_tile(qr, 4)  # one tile per Q round: qr is the ring position
             assert t == (tiles + [END])[r], ("consumer tile", t, r)
@@ -352,50 +505,17 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
             while not q_full[b][grp(c)].try_wait((qr // QB) & 1):
                 yield BLOCKED
             if n > 0:
-                st = it % S
-                while not k_full[st].try_wait((it // S) & 1):
-                    yield BLOCKED
-                if turns_at_ends:
-                    yield from take(c)
-                assert qbuf[b]["rows"][c] == q_tag(t)
-                assert kbuf[st] == (t, 0)
-                if turns_at_ends:
-                    pas(c)
-                yield from release_pending(c)  # run_kv_tiles' after_first_qk
-                yield  # the wgmma runs until its wait: Q and K must still hold this tile's data
-                assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, 0), "Q or K overwritten under the wgmma"
-                k_empty[st].arrive(4)
-                for i in range(1, n):
-                    prev = it % S
-                    it += 1
-                    st = it % S
-                    while not k_full[st].try_wait((it // S) & 1):
-                        yield BLOCKED
-                    while not pvf[prev].try_wait(((it - 1) // S) & 1):
-                        yield BLOCKED
-                    yield from take(c)
-                    assert qbuf[b]["rows"][c] == q_tag(t)
-                    assert kbuf[st] == (t, i)
-                    assert pvb[prev] == (t, i - 1), (pvb[prev], (t, i - 1))
-                    pas(c)
-                    yield
-                    assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, i), "Q or K overwritten under the wgmma"
-                    k_empty[st].arrive(4)
-                    yield
-                    assert pvb[prev] == (t, i - 1), "V overwritten under the wgmma"
-                    pve[prev].arrive(4)
-                last = it % S
-                while not pvf[last].try_wait((it // S) & 1):
-                    yield BLOCKED
-                if turns_at_ends:
-                    yield from take(c)
-                assert pvb[last] == (t, n - 1)
-                if turns_at_ends:
-                    pas(c)
-                yield
-                assert pvb[last] == (t, n - 1), "V overwritten under the wgmma"
-                pve[last].arrive(4)
-                it += 1
+                if own_diag:
+                    # The warpgroup's own tiles (those its rows see), then the later ones given back
+                    # unread: its ring position advances by n in all.
+                    n_own = own_of(t, c)
+                    assert 0 <= n_own <= n, ("own count", t, c, n_own, n)
+                    if n_own > 0 or mutation == "no_own_guard":
+                        yield from run_kv_tiles(n_own, t, b)
+                    if mutation != "advance_by_own":
+                        it = yield from skip_kv_tiles(n - n_own, it)
+                else:
+                    yield from run_kv_tiles(n, t, b)
             # epilogue: overwrite own Q rows, store them (a copy that reads them later), release the
             # buffer once the store has read it: now, or deferred (release_pending)
             yield from release_pending(c)
@@ -417,13 +537,6 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
             yield from take(c)
 
     # ---- the tail-row instance's consumers (kernel.cuh kTailRows) ----
-    def release(empty, st, pos, what):
-        # release_stage: the warpgroup's 4 warps; it must count in the phase of its own ring
-        # position (pos // S), which the wait on the stage's full barrier guarantees.
-        assert empty[st].phase == pos // S, (
-            f"{what} of ring position {pos} released early (stage {st} in phase {empty[st].phase}, not {pos // S})")
-        empty[st].arrive(4)
-
     def wgmma_runs():
         for _ in range(rnd.randint(1, 3)):  # until its wgmma_wait: the operands must stay
             yield
@@ -435,17 +548,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
 
         def skip_to(target):  # tiles of the other warpgroups' shares
             nonlocal pos
-            while pos < target:
-                st, ph = pos % S, (pos // S) & 1
-                if mutation != "skip_no_full_wait":
-                    while not k_full[st].try_wait(ph):
-                        yield BLOCKED
-                release(k_empty, st, pos, "K")
-                if mutation != "skip_no_full_wait":
-                    while not v_full[st].try_wait(ph):
-                        yield BLOCKED
-                release(v_empty, st, pos, "V")
-                pos += 1
+            pos = yield from skip_kv_tiles(target - pos, pos)
 
         computed = []
         for i in range(first, n_tiles, stride):
@@ -563,6 +666,24 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
         if steps > 2_000_000:
             raise RuntimeError("deadlock?")
     assert all(b.arrived == 0 for b in turn), ("unbalanced turns", [b.arrived for b in turn])
+    # Every ring position given back by every warpgroup, each release in its own round's phase:
+    # each stage's empty barrier ends with one completed phase per position through it.
+    total = sum(ntiles_of(t) for t in tiles)
+    for name, empty in [("K", k_empty)] + ([] if fp8 else [("V", v_empty)]):
+        for st in range(S):
+            through = len(range(st, total, S))
+            assert empty[st].phase == through and empty[st].pending == empty[st].count, (
+                f"{name} stage {st} not given back in full: {empty[st].phase} phases and "
+                f"{empty[st].count - empty[st].pending} arrivals, {through} positions through it")
+    if not tail:
+        # Each warpgroup computed exactly its tiles: all of them, or (own diagonals) its first n_own.
+        for t in tiles:
+            for c in range(W):
+                own = list(range(own_of(t, c) if own_diag else ntiles_of(t)))
+                assert computed.get((t, c), ([], [])) == (own, own), ("computed", t, c, computed.get((t, c)), own)
+    if no_turns:
+        assert order == [] and all(b.gen == 0 and b.arrived == 0 for b in turn), (
+            "turn barriers used in the own-diagonal instance", order, [(b.gen, b.arrived) for b in turn])
     # The final take by warpgroup 0 only balances the barrier; every other turn is round robin.
     assert order[:-1] == [i % W for i in range(len(order) - 1)], ("turn order", order)
     if tail:
@@ -662,3 +783,86 @@ def test_q_release_without_store_wait_fails(defer):
             failed.append(seed)
     assert failed, "the release without the store's read wait was never caught"
 
+
+def _own_case(seed, min_tiles=1, min_len=0):
+    rnd = random.Random(seed)
+    tiles = rnd.randint(min_tiles, 8)
+    lens = [rnd.randint(min_len, 6) for _ in range(tiles)]
+    return tiles, (lambda t: lens[t])
+
+
+def test_own_counts_cover_the_cases():
+    # The random schedules below meet tiles without K/V tiles, warpgroups that compute none of a
+    # tile's K/V tiles (and skip them all), last warpgroups short of the tile's end, and rows past
+    # the sequence after live ones.
+    seen = set()
+    for seed in range(300):
+        tiles, lens = _own_case(seed)
+        orng = random.Random(seed + 424242)  # as run() draws them
+        for t in range(tiles):
+            n = lens(t)
+            m = masked_own_counts(orng, n, 3)
+            seen.add("no K/V tile" if n == 0 else None)
+            seen.add("skips all" if n > 0 and 0 in m else None)
+            seen.add("last short" if m[-1] < n else None)
+            seen.add("dead after live" if m[0] > 0 and m[-1] == 0 else None)
+            seen.add("uneven" if len(set(m)) == 3 else None)
+    assert seen >= {"no K/V tile", "skips all", "last short", "dead after live", "uneven"}, seen
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_own_diagonals_random_schedule(seed):
+    # The own-diagonal instance: three warpgroups, two Q buffers, a ring of 4 stages; walks of
+    # 1..8 tiles of 0..6 K/V tiles, own counts as the masks give them; and any counts at all (the
+    # protocol does not rely on their order).
+    tiles, lens = _own_case(seed)
+    run(tiles, lens, 4, seed, W=3, QB=2, own_diag=True)
+    rnd = random.Random(seed + 1)
+    table = [[rnd.randint(0, lens(t)) for _ in range(3)] for t in range(tiles)]
+    run(tiles, lens, 4, seed + 4444, W=3, QB=2, own_diag=True, own_of=lambda t, c: table[t][c])
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_own_diagonals_small_ring(stages):
+    # Nothing in skip_kv_tiles or the warpgroups' drift apart needs a ring of 4: smaller rings
+    # neither deadlock nor race; nor does one Q buffer (a Q barrier pair per warpgroup).
+    for seed in range(40):
+        tiles, lens = _own_case(2000 + seed)
+        run(tiles, lens, stages, seed, W=3, QB=2, own_diag=True)
+        run(tiles, lens, stages, seed + 6666, W=3, QB=1, own_diag=True)
+
+
+@pytest.mark.parametrize("counts", ["none", "all", "first", "last"])
+def test_own_diagonals_extremes(counts):
+    # No warpgroup computes anything (every tile only given back), every warpgroup every tile
+    # (the main instance's schedule without turns), only the first, only the last.
+    own = {"none": lambda n, c: 0, "all": lambda n, c: n, "first": lambda n, c: n if c == 0 else 0,
+           "last": lambda n, c: n if c == 2 else 0}[counts]
+    for seed in range(20):
+        tiles, lens = _own_case(3000 + seed)
+        run(tiles, lens, 4, seed, W=3, QB=2, own_diag=True, own_of=lambda t, c: own(lens(t), c))
+
+
+@pytest.mark.parametrize("mutation", sorted(OWN_MUTATIONS))
+def test_own_mutation_fails(mutation):
+    # Each deliberate mistake fails the model, for the reason OWN_MUTATIONS gives, on every
+    # schedule tried, or where it needs a particular interleaving on most of them. Counts as the
+    # masks give them, with the first tile's at 0, 1 and all of its (>= 2) K/V tiles: a
+    # warpgroup that skips them all, and unequal turn counts.
+    expect, racy = OWN_MUTATIONS[mutation]
+    seen = []
+    for seed in range(12):
+        tiles, lens = _own_case(seed, min_tiles=3, min_len=2)
+        orng = random.Random(seed)
+        table = [[0, 1, lens(0)]] + [masked_own_counts(orng, lens(t), 3) for t in range(1, tiles)]
+        try:
+            run(tiles, lens, 4, seed, W=3, QB=2, own_diag=True, own_of=lambda t, c: table[t][c], mutation=mutation)
+        except Deadlock:
+            seen.append("deadlock")
+        except AssertionError as e:
+            seen.append(str(e))
+        else:
+            seen.append(None)
+    failed = [m for m in seen if m is not None]
+    assert len(failed) >= (len(seen) * 2 // 3 if racy else len(seen)), (mutation, seen)
+    assert all(any(frag in m for frag in expect.split("|")) for m in failed), (mutation, seen)
