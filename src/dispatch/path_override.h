@@ -159,7 +159,7 @@ inline Fp8VTranspose parse_fp8_v_transpose(const char* value) {
 // TESSERA_CUDA_D64_WARPGROUPS (a measurement knob of the sm90 forward at head_dim 64, fp16 / bf16,
 // src/cuda/sm90/forward/launch.cu): unset or empty: 0 (the host rule: three consumer warpgroups,
 // 192-row tiles, except two, 128-row tiles, for masked calls of at most kTwoWarpgroupMaxKeysD64
-// keys on average, which is none now); 2: two for every call (unmasked ones on the masked instance, whose
+// keys on average, kTwoWarpgroupMaxKeysD64Window with a window); 2: two for every call (unmasked ones on the masked instance, whose
 // tiles are then all unmasked but the tail); 3: three for every call. Anything else throws.
 inline int parse_d64_warpgroups(const char* value) {
   if (value == nullptr || *value == '\0') return 0;

@@ -33,11 +33,14 @@ TEST(Sm90ForwardTileChoice, HeadDim64) {
   expect_choice(forward_tile_choice(64, false, false, 2049), {false, 192, 128}, "2049 keys");
   expect_choice(forward_tile_choice(64, false, false, 16384), {false, 192, 128}, "16k keys");
   expect_choice(forward_tile_choice(64, false, false, 1LL << 40), {false, 192, 128}, "2^40 keys");
-  // Masked: three warpgroups at every length (each stops at its own rows' last K/V tile), 128-key
-  // tiles always.
-  expect_choice(forward_tile_choice(64, false, true, 0), {true, 192, 128}, "masked, no keys");
-  expect_choice(forward_tile_choice(64, false, true, 1), {true, 192, 128}, "masked, one key");
+  // Masked: two warpgroups up to 256 keys, three above (each stops at its own rows' last K/V
+  // tile); windows keep two up to 1024 keys; 128-key tiles always.
+  expect_choice(forward_tile_choice(64, false, true, 0), {true, 128, 128}, "masked, no keys");
+  expect_choice(forward_tile_choice(64, false, true, 256), {true, 128, 128}, "masked, 256 keys");
+  expect_choice(forward_tile_choice(64, false, true, 257), {true, 192, 128}, "masked, 257 keys");
   expect_choice(forward_tile_choice(64, false, true, 1024), {true, 192, 128}, "masked, 1024 keys");
+  expect_choice(forward_tile_choice(64, false, true, 1024, 0, kRule, true), {true, 128, 128}, "window, 1024 keys");
+  expect_choice(forward_tile_choice(64, false, true, 1025, 0, kRule, true), {true, 192, 128}, "window, 1025 keys");
   expect_choice(forward_tile_choice(64, false, true, 1025), {true, 192, 128}, "masked, 1025 keys");
   expect_choice(forward_tile_choice(64, false, true, 2048), {true, 192, 128}, "masked, 2048 keys");
   expect_choice(forward_tile_choice(64, false, true, 16384), {true, 192, 128}, "masked, 16k keys");
@@ -55,7 +58,7 @@ TEST(Sm90ForwardTileChoice, Knobs) {
   // ... and on causal head_dim 128 calls without a window; nowhere else: other masked calls, two
   // warpgroups (the masked instance), head_dim 256, FP8.
   expect_choice(forward_tile_choice(64, false, true, 16384, 0, kLong), {true, 192, 128}, "masked, long forced");
-  expect_choice(forward_tile_choice(64, false, true, 1000, 0, kLong), {true, 128, 128}, "masked short, long forced");
+  expect_choice(forward_tile_choice(64, false, true, 200, 0, kLong), {true, 128, 128}, "masked short, long forced");
   expect_choice(forward_tile_choice(128, false, true, 1024, 0, kLong), {true, 128, 176}, "d128 causal, long forced at 1k");
   expect_choice(forward_tile_choice(128, false, true, 16384, 0, kShort), {true, 128, 128}, "d128 causal, short forced");
   expect_choice(forward_tile_choice(128, false, true, 16384, 0, kLong, true), {true, 128, 128}, "d128 window, long forced");

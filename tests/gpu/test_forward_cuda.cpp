@@ -57,10 +57,13 @@ std::vector<CaseSpec> grid() {
       dense(bf16, 1, 500, 300, 2, 1, 256, opts(false, 50, -1)),      // left-only window, seq_q > seq_k
       dense(f16, 1, 129, 129, 1, 1, 256, opts(true)),                // one row past a tile
       dense(bf16, 2, 193, 193, 4, 2, 64, opts(true)),                // 193 rows: one past a 192-row tile, 65 past a 128-row one
-      // Masked head_dim 64 (three consumer warpgroups, each stopping at its own rows' last K/V
-      // tile): short calls, where the diagonal ends inside a 192-row tile, with partial tiles.
+      // Masked head_dim 64: two consumer warpgroups (128-row tiles) up to 256 keys on average,
+      // three (192-row tiles, each stopping at its own rows' last K/V tile) above, where the
+      // diagonal ends inside a tile; windows switch at 1024: both sides, with partial tiles.
+      dense(bf16, 1, 100, 256, 2, 1, 64, opts(true)),
+      dense(f16, 1, 300, 257, 2, 1, 64, opts(true)),
       dense(bf16, 1, 130, 1024, 2, 1, 64, opts(true)),
-      dense(f16, 1, 200, 1025, 2, 1, 64, opts(true)),
+      dense(f16, 1, 200, 1025, 2, 1, 64, opts(false, 300, 0)),
       // Causal head_dim 128 (no window): 128-key tiles up to 4096 keys on average, 176-key tiles
       // above (seq_q < seq_k, seq_q > seq_k with its top rows fully masked, ragged too); windows
       // keep 128 at any length.

@@ -17,8 +17,7 @@ template void launch_forward<__nv_bfloat16, 64, 128, true>(const FwdArgs&, int, 
 // The last query blocks of dense unmasked problems whose last block is at most 64 rows (kTailRows).
 template void launch_forward<__half, 64, 128, false, 0, false, true>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 64, 128, false, 0, false, true>(const FwdArgs&, int, void*);
-// Masked problems on two consumer warpgroups: only TESSERA_CUDA_D64_WARPGROUPS=2 takes them now
-// (kTwoWarpgroupMaxKeysD64).
+// Masked problems over short sequences: two consumer warpgroups (kTwoWarpgroupMaxKeysD64).
 template void launch_forward<__half, 64, 128, true, 2>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 64, 128, true, 2>(const FwdArgs&, int, void*);
 }  // namespace tessera::cuda::sm90

@@ -37,8 +37,8 @@ namespace tessera::cuda::sm90 {
 // exp2 unit above ~50 % busy, their phases not overlapping enough) and for fp8 at head_dim 128
 // (the same count: a 128-key tile is as much exp2 as tensor time there, and two warpgroups'
 // pingpong left both at ~40 %), two elsewhere.
-// (Masked head_dim 64 problems over short sequences took two, 128-row tiles, until each
-// warpgroup computed only its own rows' K/V tiles: kTwoWarpgroupMaxKeysD64.)
+// Exception: masked head_dim 64 problems over short sequences take two (128-row tiles), see
+// kTwoWarpgroupMaxKeysD64.
 constexpr int consumer_warpgroups_for(int head_dim, bool fp8 = false) {
   return (head_dim == 64 && !fp8) || (head_dim == 128 && fp8) ? 3 : 2;
 }
@@ -49,15 +49,19 @@ constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer
 constexpr int kQBoxRows = 64;
 
 // Masked (causal, window) head_dim 64 problems whose sequences average at most this many keys
-// run on two consumer warpgroups (128-row Q tiles) instead of three: none since the
-// thirty-second session. While every warpgroup of a 192-row tile computed every K/V tile of
-// it, three lost at short lengths: a short causal problem is mostly diagonal, and the first
-// warpgroups computed and discarded the diagonal of the last (two 0.297 ms at 1k against three
-// 0.326-0.335; bf16 causal, 16k tokens, H200). Now each warpgroup stops at its own rows' last
-// K/V tile (kernel.cuh, kOwnDiagonal), so three do the same tensor work as two and hide more
-// latency: 0.94 of two's time at 512 keys, 0.98 at 1k (thirty-second session, 5 rounds).
-// The two-warpgroup masked instance stays for TESSERA_CUDA_D64_WARPGROUPS=2.
-constexpr long long kTwoWarpgroupMaxKeysD64 = -1;
+// run on two consumer warpgroups (128-row Q tiles) instead of three; windowed ones up to
+// kTwoWarpgroupMaxKeysD64Window. While every warpgroup of a 192-row tile computed every K/V
+// tile of it, three lost at short lengths: a short causal problem is mostly diagonal, and the
+// first warpgroups computed and discarded the diagonal of the last (two 0.297 ms at 1k against
+// three 0.326-0.335; bf16 causal, 16k tokens, H200), so the switch sat at 1024 keys. Since each
+// warpgroup stops at its own rows' last K/V tile (kernel.cuh, kOwnDiagonal), three do the same
+// tensor work as two and hide more latency. Measured against two (thirty-second session, 4
+// queued rounds, bf16 causal, 16k tokens): 128 keys 1.072, 256 keys 1.049 (a tile or two per
+// row block: nothing to hide), 512 keys 0.939, 1k 0.935, 2k 0.955 (three with turns before),
+// ragged 16 sequences 0.901. A 128-key window over 1k read 1.018 on three, so windows keep the
+// old switch, where three (with turns) had won at 4k (a 1024-key window: 0.949 again since).
+constexpr long long kTwoWarpgroupMaxKeysD64 = 256;
+constexpr long long kTwoWarpgroupMaxKeysD64Window = 1024;
 
 // Unmasked head_dim 128 problems whose sequences average at most this many keys run on 128-key
 // tiles with two Q buffers instead of 176-key tiles with one: 1024 keys are 8 whole 128-key

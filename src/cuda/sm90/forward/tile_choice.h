@@ -18,9 +18,9 @@ struct FwdTileChoice {
 // mean_keys: keys per sequence (ragged: total_k / batch); d64_warpgroups
 // (TESSERA_CUDA_D64_WARPGROUPS, 0 for the rule) and key_tile (TESSERA_CUDA_FORWARD_KEY_TILE): the
 // knobs.
-//  - masked head_dim 64 over short sequences: two consumer warpgroups (kTwoWarpgroupMaxKeysD64:
-//    none now); the warpgroup knob forces two (unmasked calls then run the masked instance) or
-//    three;
+//  - masked head_dim 64 over short sequences: two consumer warpgroups (kTwoWarpgroupMaxKeysD64,
+//    windowed: kTwoWarpgroupMaxKeysD64Window); the warpgroup knob forces two (unmasked calls then
+//    run the masked instance) or three;
 //  - unmasked fp16 / bf16 head_dim 128: 128-key tiles (two Q buffers) up to
 //    kShortUnmaskedMaxKeysD128 keys, 176-key tiles (one Q buffer) above;
 //  - causal fp16 / bf16 head_dim 128 without a window: 128-key tiles up to
@@ -34,7 +34,9 @@ inline FwdTileChoice forward_tile_choice(int head_dim, bool fp8, bool masked, lo
                                          bool windowed = false) {
   const bool d64 = !fp8 && head_dim == 64, d128 = !fp8 && head_dim == 128;
   const bool two_wg_d64 =
-      d64 && (d64_warpgroups == 0 ? masked && mean_keys <= kTwoWarpgroupMaxKeysD64 : d64_warpgroups == 2);
+      d64 && (d64_warpgroups == 0
+                  ? masked && mean_keys <= (windowed ? kTwoWarpgroupMaxKeysD64Window : kTwoWarpgroupMaxKeysD64)
+                  : d64_warpgroups == 2);
   FwdTileChoice c;
   c.masked_instance = masked || two_wg_d64;
   c.block_m = two_wg_d64 ? 128 : block_m_for(head_dim, fp8);
