@@ -16,7 +16,8 @@
 // wait, the previous warpgroup's 128 arrive when they have issued theirs), so the others'
 // softmax runs while one warpgroup's GEMMs occupy the tensor cores. Warpgroup 0 goes first (the
 // last warpgroup arrives once at the start); all take the same number of turns, and warpgroup 0
-// consumes the last arrival at the end.
+// consumes the last arrival at the end. Not in the masked head_dim 64 three-warpgroup instance,
+// whose warpgroups each compute only their own rows' K/V tiles (kOwnDiagonal, below).
 #pragma once
 
 #include <cuda.h>
