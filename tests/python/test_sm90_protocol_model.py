@@ -748,19 +748,28 @@ def test_tail_mutation_fails(mutation):
     # Each deliberate mistake fails the model, for the reason TAIL_MUTATIONS gives, on every
     # schedule tried (walks of 3..10 tail tiles, three warpgroups or two), or where it needs a
     # particular interleaving on most of them.
-    expect, racy = TAIL_MUTATIONS[mutation]
     seen = []
     for seed in range(12):
         tiles, lens = _tail_case(seed, min_tiles=3)
         W = 3 if seed % 3 else 2
-        try:
-            run(tiles, lens, 4, seed, W=W, QB=2, tail=True, mutation=mutation)
-        except Deadlock:
-            seen.append("deadlock")
-        except AssertionError as e:
-            seen.append(str(e))
-        else:
-            seen.append(None)
+        seen.append(_outcome(lambda: run(tiles, lens, 4, seed, W=W, QB=2, tail=True, mutation=mutation)))
+    _expect_caught(mutation, seen, *TAIL_MUTATIONS[mutation])
+
+
+def _outcome(schedule):
+    """What one mutated schedule did: "deadlock", the failed check's message, or None (passed)."""
+    try:
+        schedule()
+    except Deadlock:
+        return "deadlock"
+    except AssertionError as e:
+        return str(e)
+    return None
+
+
+def _expect_caught(mutation, seen, expect, racy):
+    # Every schedule fails (two thirds where the mistake needs a particular interleaving), each
+    # with one of the expected messages.
     failed = [m for m in seen if m is not None]
     assert len(failed) >= (len(seen) * 2 // 3 if racy else len(seen)), (mutation, seen)
     assert all(any(frag in m for frag in expect.split("|")) for m in failed), (mutation, seen)
@@ -849,20 +858,11 @@ def test_own_mutation_fails(mutation):
     # schedule tried, or where it needs a particular interleaving on most of them. Counts as the
     # masks give them, with the first tile's at 0, 1 and all of its (>= 2) K/V tiles: a
     # warpgroup that skips them all, and unequal turn counts.
-    expect, racy = OWN_MUTATIONS[mutation]
     seen = []
     for seed in range(12):
         tiles, lens = _own_case(seed, min_tiles=3, min_len=2)
         orng = random.Random(seed)
         table = [[0, 1, lens(0)]] + [masked_own_counts(orng, lens(t), 3) for t in range(1, tiles)]
-        try:
-            run(tiles, lens, 4, seed, W=3, QB=2, own_diag=True, own_of=lambda t, c: table[t][c], mutation=mutation)
-        except Deadlock:
-            seen.append("deadlock")
-        except AssertionError as e:
-            seen.append(str(e))
-        else:
-            seen.append(None)
-    failed = [m for m in seen if m is not None]
-    assert len(failed) >= (len(seen) * 2 // 3 if racy else len(seen)), (mutation, seen)
-    assert all(any(frag in m for frag in expect.split("|")) for m in failed), (mutation, seen)
+        seen.append(_outcome(lambda: run(tiles, lens, 4, seed, W=3, QB=2, own_diag=True,
+                                         own_of=lambda t, c: table[t][c], mutation=mutation)))
+    _expect_caught(mutation, seen, *OWN_MUTATIONS[mutation])
