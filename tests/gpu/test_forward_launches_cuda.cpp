@@ -263,6 +263,13 @@ TEST(CudaForward, D64OwnDiagonalsMatchOracle) {
       dense(bf16, 1, 500, 500, 2, 1, 64, opts(false, 100, 0)),  // a window's band
       dense(f16, 1, 640, 900, 2, 2, 64, opts(false, 200, 50)),  // window left and right
       ragged(bf16, {1, 113, 0, 1023, 17}, {1, 113, 5, 1023, 300}, 4, 2, 64, opts(true)),
+      // More tiles than SMs (132 on the H200): CTAs walk several tiles, so warpgroups that end a
+      // tile early start the next one (the tile ring, both Q buffers) while the others finish.
+      dense(bf16, 4, 1100, 1100, 8, 2, 64, opts(false, 300, 0)),        // 192 tiles, a left window
+      dense(f16, 4, 1000, 1000, 8, 2, 64, opts(true, -1, -1, 5.0f)),    // causal with a soft cap
+      dense(bf16, 4, 1000, 1200, 8, 1, 64, opts(false, -1, 40)),        // a right-only window
+      ragged(bf16, {700, 13, 450, 0, 640, 129, 300, 555, 1, 380, 700, 64, 220, 511, 90, 333},
+             {700, 13, 600, 5, 640, 300, 300, 555, 1, 380, 900, 64, 220, 511, 90, 333}, 8, 2, 64, opts(true)),
   };
   auto rng = fresh_rng();
   ScopedEnv warpgroups("TESSERA_CUDA_D64_WARPGROUPS", "3");
