@@ -15,7 +15,14 @@ tile, long / short) means once per K/V tile (the loop). The warp-stall samples o
 its share of the time in each profile, and the per-tile instructions with the most samples say
 where the per-tile time goes.
 
-  scripts/ncu_tile_split.py SHORT.csv[.gz] LONG.csv[.gz] [--top N]
+  scripts/ncu_tile_split.py SHORT.csv[.gz] LONG.csv[.gz] [--top N] [--ops]
+
+--ops adds the loop (per K/V tile) by opcode, in the short profile: instructions a warp executes
+per K/V tile and warp-stall samples per 1000 warp-tiles with their main reasons, the unit being
+the execution count of the loop's most executed tensor-core instruction (one per warp per tile).
+Two kernels' tables side by side say where one loop spends what the other does not (the
+thirty-second session's comparison of cuDNN's d64 loop with ours: MUFU 24 % of our loop's
+samples against 7 %).
 """
 import argparse
 import csv
@@ -71,7 +78,7 @@ def split(short_path, long_path):
     if ratio < 1.5:
         raise ValueError(f"the long profile runs the loop only {ratio:.2f}x as often: pick lengths further apart")
     classes = {name: [0, 0, 0] for name in ("per query tile", "per K/V tile", "other")}
-    per_tile = []
+    per_tile, loop = [], []
     for ra, rb in zip(a, b):
         ea, eb = count(ra[e]), count(rb[e2])
         if ea == 0 and eb == 0:
@@ -87,11 +94,38 @@ def split(short_path, long_path):
         c[2] += count(rb[s2])
         if name == "per query tile":
             per_tile.append((count(ra[s]), ra, h))
-    return ratio, classes, per_tile
+        elif name == "per K/V tile":
+            loop.append(ra)
+    return ratio, classes, per_tile, (loop, h, count(a[top][e]))
 
 
-def report(short_path, long_path, top=15, out=sys.stdout):
-    ratio, classes, per_tile = split(short_path, long_path)
+def opcode(sass):
+    """The opcode of a SASS line without its predicate and modifiers: '@!P0 BRA 0x..' -> 'BRA'."""
+    words = [w for w in sass.split() if not w.startswith("@")]
+    return words[0].split(".")[0] if words else "?"
+
+
+def loop_by_opcode(loop, header, unit):
+    """[(opcode, instructions per warp-tile, samples per 1000 warp-tiles, {reason: samples per 1000})],
+    most samples first."""
+    s, e, source = header.index(SAMPLES), header.index(EXECUTED), header.index("Source")
+    stalls = [i for i in range(len(header)) if header[i].startswith("stall_") and "Not Issued" not in header[i]]
+    ops = {}
+    for row in loop:
+        op = ops.setdefault(opcode(row[source]), [0, 0, {}])
+        op[0] += count(row[e])
+        op[1] += count(row[s])
+        for i in stalls:
+            reason = header[i][len("stall_"):]
+            op[2][reason] = op[2].get(reason, 0) + count(row[i])
+    unit = max(unit, 1)
+    table = [(name, n / unit, smp * 1000 / unit, {k: v * 1000 / unit for k, v in why.items() if v > 0})
+             for name, (n, smp, why) in ops.items()]
+    return sorted(table, key=lambda t: -t[2])
+
+
+def report(short_path, long_path, top=15, out=sys.stdout, ops=False):
+    ratio, classes, per_tile, (loop, header, unit) = split(short_path, long_path)
     total_a = sum(c[1] for c in classes.values()) or 1
     total_b = sum(c[2] for c in classes.values()) or 1
     out.write(f"K/V tiles per query tile, long / short: {ratio:.2f}\n")
@@ -105,6 +139,15 @@ def report(short_path, long_path, top=15, out=sys.stdout):
                           if header[i].startswith("stall_") and "Not Issued" not in header[i]), reverse=True)[:2]
         why = ", ".join(f"{k} {v}" for v, k in reasons if v > 0)
         out.write(f"  {samples:7d} {samples / per_tile_total:6.1%}  {row[header.index('Source')].strip()[:64]:64s} {why}\n")
+    if ops:
+        table = loop_by_opcode(loop, header, unit)
+        total = sum(t[2] for t in table) or 1
+        out.write(f"\nthe loop by opcode (short profile; {unit} warp-tiles: the most executed tensor-core instruction's count):\n")
+        out.write("| opcode | per warp-tile | samples / 1000 warp-tiles | share | main reasons |\n|---|---|---|---|---|\n")
+        for name, n, smp, why in table[:top]:
+            reasons = ", ".join(f"{k} {v:.0f}" for k, v in sorted(why.items(), key=lambda kv: -kv[1])[:3])
+            out.write(f"| {name} | {n:.1f} | {smp:.0f} | {smp / total:.1%} | {reasons} |\n")
+        out.write(f"| all | {sum(t[1] for t in table):.1f} | {total:.0f} | | |\n")
 
 
 def main():
@@ -112,9 +155,10 @@ def main():
     ap.add_argument("short")
     ap.add_argument("long")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--ops", action="store_true", help="the loop by opcode (instructions and samples per warp-tile)")
     args = ap.parse_args()
     try:
-        report(args.short, args.long, args.top)
+        report(args.short, args.long, args.top, ops=args.ops)
     except (OSError, ValueError) as err:
         sys.exit(f"ncu_tile_split: {err}")
 

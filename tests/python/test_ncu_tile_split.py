@@ -91,3 +91,21 @@ def test_the_ratio_comes_from_the_gemms_not_a_spin_loop(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "long / short: 4.00" in r.stdout, r.stdout
     assert "| other | 2 |" in r.stdout, r.stdout  # the never-executed branch and the spin loop
+
+
+def test_loop_by_opcode(tmp_path):
+    # The loop's instructions per warp-tile and samples per 1000 warp-tiles, the unit being the
+    # HGMMA's count (6400 in the short profile): HGMMA 100 samples -> 15.6, MUFU 50 -> 7.8.
+    short = tmp_path / "short.csv"
+    long_ = tmp_path / "long.csv"
+    short.write_text(page(rows(4, 100), "0x7f0000001000"))
+    long_.write_text(page(rows(16, 400), "0x7f0000001000"))
+    r = run(str(short), str(long_), "--ops")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "6400 warp-tiles" in out, out
+    assert "| HGMMA | 1.0 | 16 | 66.7% | wait 16 |" in out, out
+    assert "| MUFU | 1.0 | 8 | 33.3% | wait 8 |" in out, out
+    assert "| all | 2.0 | 23 | | |" in out, out
+    # without --ops, no such table
+    assert "by opcode" not in run(str(short), str(long_)).stdout
