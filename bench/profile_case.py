@@ -73,7 +73,10 @@ def main(argv=None):
             ap.error("--window: a dense bf16 / fp16 case without --causal or --ragged (the window is causal itself)")
     if a.peer is not None and (a.ragged is not None or a.window is not None or a.dtype == "fp8" or a.lse
                                or a.op != "forward"):
-        ap.error(f"--peer {a.peer}: a dense bf16 / fp16 forward without --ragged, --window or --lse")
+        given = [f for f, on in (("--ragged", a.ragged is not None), ("--window", a.window is not None),
+                                 ("--dtype fp8", a.dtype == "fp8"), ("--lse", a.lse),
+                                 (f"--op {a.op}", a.op != "forward")) if on]
+        ap.error(f"--peer {a.peer}: a dense bf16 / fp16 forward expected, got {' '.join(given)}")
     batch, heads = max(1, 16384 // a.seq), 2048 // a.d
     shape = (batch, a.seq, heads, a.d)
     g = torch.Generator(device="cuda").manual_seed(0)

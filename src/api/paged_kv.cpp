@@ -138,11 +138,8 @@ namespace {
 void check_cache_writable(const PagedKVCache& cache, bool allow_same_tensor) {
   validate::no_internal_overlap(cache.k_pages, "cache.k_pages");
   validate::no_internal_overlap(cache.v_pages, "cache.v_pages");
-  const Tensor& k = cache.k_pages;
-  const Tensor& v = cache.v_pages;
-  bool same = k.data == v.data && k.dtype == v.dtype && k.rank == v.rank;
-  for (int d = 0; same && d < k.rank; ++d) same = k.shape[d] == v.shape[d] && k.stride[d] == v.stride[d];
-  if (!(allow_same_tensor && same)) validate::disjoint(v, "cache.v_pages", k, "cache.k_pages");
+  if (!(allow_same_tensor && validate::same_view(cache.k_pages, cache.v_pages)))
+    validate::disjoint(cache.v_pages, "cache.v_pages", cache.k_pages, "cache.k_pages");
 }
 
 using validate::fail;

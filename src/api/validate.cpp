@@ -162,6 +162,10 @@ static bool same_layout(const Tensor& a, const Tensor& b) {
   return true;  // (a stride of a size-1 dim places nothing)
 }
 
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.device == b.device && a.data == b.data && same_layout(a, b);
+}
+
 void disjoint(const Tensor& t, const char* name, const Tensor& other, const char* other_name) {
   if (!has_elements(t) || !has_elements(other) || !(t.device == other.device)) return;
   const auto a = byte_range(t), b = byte_range(other);

@@ -46,6 +46,9 @@ void no_internal_overlap(const Tensor& t, const char* name);
 // t shares no byte with other (their address ranges do not intersect): a tensor written while
 // `other` is read, or written too. Both non-empty; strides non-negative (checked before).
 void disjoint(const Tensor& t, const char* name, const Tensor& other, const char* other_name);
+// a and b are one view: the same device, address, dtype, shape and strides (a stride of a size-1
+// dimension places nothing and is not compared).
+bool same_view(const Tensor& a, const Tensor& b);
 void head_dim_supported(std::int64_t head_dim, const char* name);         // 8..256, multiple of 8
 void heads_divisible(std::int64_t heads_q, std::int64_t heads_kv);
 void value_in_range(std::int64_t value, const char* name, std::int64_t lo, std::int64_t hi);  // lo <= v <= hi
