@@ -83,9 +83,9 @@ TileOps(F...) -> TileOps<F...>;
 // takes for its first Q K^T, i.e. for that warpgroup's epilogue of the tile before.
 // after_first_qk(): runs while the tile's first Q K^T is in flight (the forward gives back the
 // Q buffer of its tile before last there, once its O store has read it).
-// extra_turns: turns taken empty (take, pass) after the loop, before the last P V: those of the
-// tiles a warpgroup skips (the forward's own diagonals), so that the round robin stays whole and
-// the next warpgroup's turn is not held behind this one's last P V.
+// extra_turns: turns taken empty (take, pass) after the loop, before the last P V: the first of
+// the tiles a warpgroup skips (the forward's own diagonals), so that the round robin stays whole
+// and the next warpgroup's turn is not held behind this one's last P V.
 struct NoStep {
   __device__ void operator()() const {}
 };
