@@ -281,6 +281,31 @@ TEST(CudaForward, D64OwnDiagonalsMatchOracle) {
   }
 }
 
+// Masked head_dim 256 (two warpgroups, 128-row tiles of 64-key K/V tiles) takes own diagonals
+// with its turns kept: the first warpgroup skips the K/V tiles past its rows and takes their
+// turns empty. Its shapes as above: tiles ending inside a warpgroup's rows, rows that see
+// nothing, a last tile with one warpgroup past the sequence, windows, ragged, and more tiles
+// than SMs (a CTA's warpgroups over several tiles).
+TEST(CudaForward, D256OwnDiagonalsMatchOracle) {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const CaseSpec cases[] = {
+      dense(bf16, 2, 1023, 1023, 4, 2, 256, opts(true)),
+      dense(f16, 1, 700, 300, 2, 1, 256, opts(true)),            // 400 rows see no key
+      dense(bf16, 1, 17, 113, 2, 1, 256, opts(true)),            // one tile, warpgroup 1 past the end
+      dense(f16, 1, 500, 500, 2, 1, 256, opts(false, 100, 0)),   // a window's band
+      dense(bf16, 1, 640, 900, 2, 2, 256, opts(false, 200, 50)), // window left and right
+      ragged(f16, {1, 113, 0, 1023, 17}, {1, 113, 5, 1023, 300}, 4, 2, 256, opts(true)),
+      dense(bf16, 4, 1000, 1000, 8, 2, 256, opts(true, -1, -1, 5.0f)),  // 256 tiles, a soft cap
+  };
+  auto rng = fresh_rng();
+  for (const CaseSpec& spec : cases) {
+    SCOPED_TRACE(spec.name());
+    GpuCase g(spec, rng);
+    g.run();
+    expect_written_within_rule(g.host);
+  }
+}
+
 // TESSERA_CUDA_FORWARD_KEY_TILE forces the short-key or the long-key tile on unmasked head_dim 64
 // calls on three consumer warpgroups (128 keys, P from registers / 192 keys, P through shared
 // memory, which the rule no longer takes: it lost where measured) and on head_dim 128

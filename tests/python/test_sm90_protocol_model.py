@@ -33,6 +33,22 @@ consumer's ring release counts in the phase of its own ring position, each stage
 barriers end with one completed phase per ring position through it, and (but in the tail's,
 whose shares are checked apart) each warpgroup computes, Q K^T and P V, exactly its tiles.
 
+The own diagonals with the turns kept (kernel.cuh kOwnDiagonal without kNoTurns: masked 16-bit
+head_dim 256, two consumer warpgroups, one Q buffer, a ring of 2) too (run(..., own_diag=True,
+own_turns=True)): warpgroup c runs run_kv_tiles over n_run = max(n_own, 1) tiles, takes the first
+of its n - n_run empty turns (take, pass) after its loop and before its last P V, and each other
+one just before it gives back the next skipped tile (skip_kv_tiles); own counts as the masks
+give them (turn_own_counts). Checked there besides: each warpgroup takes n - 1 turns a tile (in
+every instance with turns: its tile's turns), round robin. Found by this model (thirty-second
+session, test_own_turns_past_ring_reach), before the kernel ran: the first build took all the
+empty turns before the last P V (extra_turns_at="before_pv"), which deadlocks every schedule
+where a warpgroup takes more empty turns than the ring lets the other compute while it holds its
+positions n_run - 1 .. n - 1 (counts [n, 0], the second warpgroup past the sequence, from n = S +
+2: 4 K/V tiles on the ring of 2); all of them after the last P V ("after_pv") do no better. The
+kernel's order ("interleaved") passes with any counts. Its mistakes, as tests
+(test_own_turn_mutation_fails, OWN_TURN_MUTATIONS): no extra turns (deadlock, or turns a tile
+unequal); n_run = n_own without the max (deadlock, or tile 0 not computed).
+
 A deadlock is reported as soon as every live agent is blocked on a barrier that no agent and no
 copy in flight can change (Deadlock), not after a step limit.
 
@@ -72,6 +88,19 @@ BLOCKED = "blocked"  # what an agent yields when it spins on a barrier that has 
 
 class Deadlock(RuntimeError):
     pass
+
+
+def _where(agent):
+    """Where a blocked agent (a generator) waits: its innermost generator's function, line and
+    ring position (it / pos) or turn barrier, for the deadlock's message."""
+    g, names = agent, []
+    while g is not None and g.gi_frame is not None:
+        f = g.gi_frame
+        loc = {k: f.f_locals[k] for k in ("c", "t", "it", "pos", "n", "extra") if k in f.f_locals
+               and isinstance(f.f_locals[k], (int, str))}
+        names.append(f"{f.f_code.co_name}:{f.f_lineno}{loc if loc else ''}")
+        g = g.gi_yieldfrom if hasattr(g, "gi_yieldfrom") else None
+    return " > ".join(names)
 
 
 class MBar:
@@ -190,6 +219,19 @@ OWN_MUTATIONS = {
 }
 
 
+# The own diagonals with turns' deliberate mistakes (run(..., own_diag=True, own_turns=True,
+# mutation=...)), as TAIL_MUTATIONS.
+OWN_TURN_MUTATIONS = {
+    # run_kv_tiles without extra_turns: a warpgroup that computes fewer tiles takes fewer turns
+    # than the other, whose next turn then waits for an arrival that never comes, or the turn
+    # barriers end unbalanced, or out of round-robin order
+    "no_extra_turns": ("deadlock|unbalanced turns|turn order|turns a tile", False),
+    # n_run = n_own without the max: a warpgroup without own tiles runs no run_kv_tiles, so takes
+    # none of the tile's turns (and computes no tile: the kernel's computes a masked one)
+    "no_max": ("deadlock|unbalanced turns|turn order|turns a tile|computed", False),
+}
+
+
 def masked_own_counts(rnd, n, W):
     """Own counts of a tile of n K/V tiles as the masks give them (kernel.cuh n_own): non-decreasing
     in the warpgroup (a later warpgroup's last row sees at least as far), the last warpgroup's
@@ -204,8 +246,23 @@ def masked_own_counts(rnd, n, W):
     return m
 
 
+def turn_own_counts(rnd, n, W):
+    """Own counts of a tile of n K/V tiles at head_dim 256 (kernel.cuh n_own: 128-row Q tiles of
+    64-key K/V tiles): the tile's K/V range ends where its last row inside the sequence sees, so
+    the last warpgroup with rows inside computes all n, and each one before it, 64 rows earlier,
+    as many or one fewer (causal: one fewer on the diagonal; a window's right edge as causal;
+    neither: all n); the warpgroups past the sequence (the last ones of a ragged tile) 0."""
+    dead = rnd.randint(1, W - 1) if n > 0 and rnd.random() < 0.25 else 0
+    m = [0] * W
+    m[W - 1 - dead] = n
+    for c in range(W - 2 - dead, -1, -1):
+        m[c] = max(0, m[c + 1] - rnd.randint(0, 1))
+    return m
+
+
 def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False, transposers=True, tail=False,
-        mutation=None, turns_at_ends=True, defer_q_release=False, store_wait=True, own_diag=False, own_of=None):
+        mutation=None, turns_at_ends=True, defer_q_release=False, store_wait=True, own_diag=False, own_of=None,
+        own_turns=False, extra_turns_at="interleaved"):
     """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
     consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB), vt_global: FP8
     with V^T loaded by the producer's TMA instead of transposed by warps; transposers=False (with
@@ -222,11 +279,22 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     three warpgroups): warpgroup c computes the first own_of(t, c) K/V tiles of tile t (default:
     random, as the masks give them) and gives the others back unread, no turns, the Q release
     deferred with two Q buffers (mutation: one of OWN_MUTATIONS);
+    own_turns (with own_diag): the own diagonals with the turns kept (kernel.cuh kOwnDiagonal
+    without kNoTurns, masked 16-bit head_dim 256: two warpgroups, one Q buffer, a ring of 2):
+    warpgroup c runs run_kv_tiles over n_run = max(n_own, 1) K/V tiles (none where the tile has
+    none) with extra_turns = n - n_run empty turns (take, pass) after its loop, then gives the rest
+    back unread (mutation: one of OWN_TURN_MUTATIONS); extra_turns_at: where they are taken,
+    "interleaved" (the kernel: one in run_kv_tiles before the last P V's full-barrier wait, each
+    other one just before the next skipped tile is given back), or, as the first build did,
+    "before_pv" (all of them there) or "after_pv" (all after the last P V's release): both
+    deadlock past the ring's reach (test_own_turns_past_ring_reach);
     agents are generators advanced in random order, TMA copies land at random later times."""
     assert transposers or (fp8 and vt_global), "only V^T-only FP8 instances lack the transposing warps"
     assert not tail or (not fp8 and QB == 2), "the tail-row instance: 16-bit, two Q buffers (kQGroups == 1)"
     assert mutation is None or (tail and mutation in TAIL_MUTATIONS) or (
-        own_diag and mutation in OWN_MUTATIONS), mutation
+        own_diag and mutation in (OWN_TURN_MUTATIONS if own_turns else OWN_MUTATIONS)), mutation
+    assert not own_turns or own_diag, "own_turns: an own-diagonal instance"
+    assert extra_turns_at in ("before_pv", "after_pv", "interleaved"), extra_turns_at
     assert not own_diag or (not fp8 and not tail), "the own-diagonal instance: 16-bit, not the tail instance"
     if own_diag:  # as the instance runs: run_kv_tiles<..., kTurnsAtEnds = false>, kDeferQRelease
         turns_at_ends, defer_q_release = False, QB == 2
@@ -268,7 +336,8 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     tiles = list(range(tiles_per_cta))
     if own_diag and own_of is None:
         orng = random.Random(seed + 424242)  # apart from the schedule's
-        own_table = [masked_own_counts(orng, ntiles_of(t), W) for t in tiles]
+        counts = turn_own_counts if own_turns else masked_own_counts
+        own_table = [counts(orng, ntiles_of(t), W) for t in tiles]
         own_of = lambda t, c: own_table[t][c]  # noqa: E731
     # The K/V tiles each warpgroup computes of each tile: (Q K^T issued, P V issued).
     computed = {}
@@ -376,15 +445,19 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 v_empty[st].arrive(3)
                 it += 1
 
-    # kOwnDiagonal: take_turn and pass_turn are empty (the warpgroups take different numbers of
-    # steps per tile), the start's arrival and the final take included.
-    no_turns = own_diag and mutation != "turns_kept"
+    # kNoTurns (kOwnDiagonal at head_dim 64): take_turn and pass_turn are empty (the warpgroups
+    # take different numbers of steps per tile), the start's arrival and the final take included;
+    # at head_dim 256 (own_turns) they stay.
+    no_turns = own_diag and not own_turns and mutation != "turns_kept"
+    turns_of = {}  # (tile, warpgroup) -> the turns it took in the tile
 
-    def take(c):
+    def take(c, t=None):
         if no_turns:
             return
         yield from turn[c].sync(128, c)
         order.append(c)
+        if t is not None:
+            turns_of[(t, c)] = turns_of.get((t, c), 0) + 1
 
     def pas(c):
         if no_turns:
@@ -439,16 +512,23 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
         pvb = vtbuf if fp8 else vbuf
         q_tag = lambda t: ("q", t, c)  # noqa: E731
 
-        def run_kv_tiles(n, t, b):
+        def empty_turns(extra, t):
+            # run_kv_tiles' extra_turns: the skipped tiles' turns, taken empty
+            for _ in range(extra):
+                yield from take(c, t)
+                pas(c)
+
+        def run_kv_tiles(n, t, b, extra=0):
             """kv_tile_schedule.cuh run_kv_tiles, overlapped: tiles 0 .. n - 1 (n > 0) of tile t from
-            ring position it."""
+            ring position it; extra: empty turns (extra_turns), before the last P V (the kernel) or,
+            with extra_turns_at == "after_pv", after it."""
             nonlocal it
             qk, pv = computed.setdefault((t, c), ([], []))
             st = it % S
             while not k_full[st].try_wait((it // S) & 1):
                 yield BLOCKED
             if turns_at_ends:
-                yield from take(c)
+                yield from take(c, t)
             assert qbuf[b]["rows"][c] == q_tag(t), ("stale Q", qbuf[b]["rows"][c], q_tag(t))
             assert kbuf[st] == (t, 0), ("stale K", kbuf[st], (t, 0))
             # (run_kv_tiles needs n > 0: its first Q K^T and last P V run regardless)
@@ -468,7 +548,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                     yield BLOCKED
                 while not pvf[prev].try_wait(((it - 1) // S) & 1):
                     yield BLOCKED
-                yield from take(c)
+                yield from take(c, t)
                 assert qbuf[b]["rows"][c] == q_tag(t), ("stale Q", qbuf[b]["rows"][c], q_tag(t))
                 assert kbuf[st] == (t, i), ("stale K", kbuf[st], (t, i))
                 assert pvb[prev] == (t, i - 1), ("stale V", pvb[prev], (t, i - 1))
@@ -481,11 +561,13 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 yield
                 assert pvb[prev] == (t, i - 1), "V overwritten under the wgmma"
                 release(pve, prev, it - 1, "V")
+            if extra_turns_at != "after_pv":
+                yield from empty_turns(extra, t)
             last = it % S
             while not pvf[last].try_wait((it // S) & 1):
                 yield BLOCKED
             if turns_at_ends:
-                yield from take(c)
+                yield from take(c, t)
             assert pvb[last] == (t, n - 1), ("stale V", pvb[last], (t, n - 1))
             pv.append(n - 1)
             if turns_at_ends:
@@ -494,6 +576,8 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
             assert pvb[last] == (t, n - 1), "V overwritten under the wgmma"
             release(pve, last, it, "V")
             it += 1
+            if extra_turns_at == "after_pv":
+                yield from empty_turns(extra, t)
 
         for r in range(len(tiles) + 1):
             t = yield from read_tile(qr, 4)  # one tile per Q round: qr is the ring position
@@ -510,10 +594,27 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                     # unread: its ring position advances by n in all.
                     n_own = own_of(t, c)
                     assert 0 <= n_own <= n, ("own count", t, c, n_own, n)
-                    if n_own > 0 or mutation == "no_own_guard":
-                        yield from run_kv_tiles(n_own, t, b)
-                    if mutation != "advance_by_own":
-                        it = yield from skip_kv_tiles(n - n_own, it)
+                    if own_turns:
+                        # at least one tile (a warpgroup without visible keys computes a masked
+                        # one), the skipped tiles' turns taken empty: n - 1 turns a tile
+                        n_run = n_own if mutation == "no_max" else max(n_own, 1)
+                        extra = 0 if mutation == "no_extra_turns" else n - n_run
+                        # (interleaved: one before the last P V, the others with the skips)
+                        now = min(extra, 1) if extra_turns_at == "interleaved" else extra
+                        if n_run > 0:
+                            yield from run_kv_tiles(n_run, t, b, now)
+                        if extra_turns_at == "interleaved":
+                            for k in range(n - n_run):
+                                if 1 <= k <= extra - now:
+                                    yield from empty_turns(1, t)
+                                it = yield from skip_kv_tiles(1, it)
+                        else:
+                            it = yield from skip_kv_tiles(n - n_run, it)
+                    else:
+                        if n_own > 0 or mutation == "no_own_guard":
+                            yield from run_kv_tiles(n_own, t, b)
+                        if mutation != "advance_by_own":
+                            it = yield from skip_kv_tiles(n - n_own, it)
                 else:
                     yield from run_kv_tiles(n, t, b)
             # epilogue: overwrite own Q rows, store them (a copy that reads them later), release the
@@ -656,7 +757,8 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
         if not alive:
             continue
         if not pending_tma and all(blocked.get(a) == _clock[0] for a in alive):
-            raise Deadlock(f"deadlock: {len(alive)} agents blocked, no copy in flight")
+            raise Deadlock(f"deadlock: {len(alive)} agents blocked, no copy in flight: "
+                           + "; ".join(_where(a) for a in alive))
         a = rnd.choice(alive)
         try:
             if next(a) == BLOCKED:
@@ -679,13 +781,23 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
         # Each warpgroup computed exactly its tiles: all of them, or (own diagonals) its first n_own.
         for t in tiles:
             for c in range(W):
-                own = list(range(own_of(t, c) if own_diag else ntiles_of(t)))
+                n = ntiles_of(t)
+                n_run = (max(own_of(t, c), 1) if own_turns else own_of(t, c)) if own_diag and n > 0 else n
+                own = list(range(n_run))
                 assert computed.get((t, c), ([], [])) == (own, own), ("computed", t, c, computed.get((t, c)), own)
     if no_turns:
         assert order == [] and all(b.gen == 0 and b.arrived == 0 for b in turn), (
             "turn barriers used in the own-diagonal instance", order, [(b.gen, b.arrived) for b in turn])
     # The final take by warpgroup 0 only balances the barrier; every other turn is round robin.
     assert order[:-1] == [i % W for i in range(len(order) - 1)], ("turn order", order)
+    if not tail and not no_turns:
+        # Every warpgroup takes a tile's turns (n + 1 with turns at its ends, n - 1 without), the
+        # own diagonals' empty ones included: the round robin stays whole.
+        for t in tiles:
+            n = ntiles_of(t)
+            want = 0 if n == 0 else n + 1 if turns_at_ends else n - 1
+            got = [turns_of.get((t, c), 0) for c in range(W)]
+            assert got == [want] * W, ("turns a tile", t, got, want)
     if tail:
         # No turn in the tail tiles: warpgroup W - 1's start arrival, warpgroup 0's final take.
         assert order == [0] and [b.gen for b in turn] == [1] + [0] * (W - 1), ("turns in tail tiles", order)
@@ -866,3 +978,146 @@ def test_own_mutation_fails(mutation):
         seen.append(_outcome(lambda: run(tiles, lens, 4, seed, W=3, QB=2, own_diag=True,
                                          own_of=lambda t, c: table[t][c], mutation=mutation)))
     _expect_caught(mutation, seen, *OWN_MUTATIONS[mutation])
+
+
+# ---- the own diagonals with the turns kept (masked 16-bit head_dim 256: two warpgroups, one Q
+# buffer, a ring of 2 stages) ----
+
+def _own_turns_case(seed, S, W=2, within_reach=True, min_tiles=1):
+    """A walk of 1..8 tiles of 0..6 K/V tiles with own counts as the masks give them
+    (turn_own_counts); within_reach: a tile with a warpgroup past the sequence (n_own 0, so
+    n_run 1 and n - 1 empty turns while another warpgroup computes) has at most S + 1 K/V tiles,
+    the most the kernel's order gets through (test_own_turns_past_ring_reach)."""
+    rnd = random.Random(seed)
+    tiles = rnd.randint(min_tiles, 8)
+    lens, table = [], []
+    for _ in range(tiles):
+        n = rnd.randint(0, 6)
+        m = turn_own_counts(rnd, n, W)
+        if within_reach and m[-1] == 0 and n > S + 1:
+            cut = n - rnd.randint(1, S + 1)
+            n, m = n - cut, [max(0, x - cut) for x in m]
+        lens.append(n)
+        table.append(m)
+    return tiles, (lambda t: lens[t]), (lambda t, c: table[t][c])
+
+
+def test_own_turn_counts_cover_the_cases():
+    # The random schedules below meet tiles without K/V tiles, the first warpgroup one tile short
+    # of the second (the causal diagonal), equal counts, and the second warpgroup past the
+    # sequence (0, its empty turns taken while the first computes).
+    seen = set()
+    for seed in range(300):
+        tiles, lens, own = _own_turns_case(seed, 2)
+        for t in range(tiles):
+            n, m = lens(t), [own(t, 0), own(t, 1)]
+            seen.add("no K/V tile" if n == 0 else None)
+            seen.add("one fewer" if n > 1 and m == [n - 1, n] else None)
+            seen.add("equal" if n > 1 and m == [n, n] else None)
+            seen.add("second past the sequence" if n > 1 and m == [n, 0] else None)
+            seen.add("first zero" if n > 0 and m[0] == 0 and m[1] > 0 else None)
+    assert seen >= {"no K/V tile", "one fewer", "equal", "second past the sequence", "first zero"}, seen
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_own_turns_random_schedule(seed):
+    # The instance as it runs: two warpgroups, one Q buffer, a ring of 2; walks of 1..8 tiles of
+    # 0..6 K/V tiles, counts as the masks give them (within the ring's reach); and any counts
+    # whose difference per tile is at most one, a warpgroup's 0 included.
+    tiles, lens, own = _own_turns_case(seed, 2)
+    run(tiles, lens, 2, seed, W=2, QB=1, own_diag=True, own_turns=True, own_of=own)
+    rnd = random.Random(seed + 1)
+    table = []
+    for t in range(tiles):
+        hi = rnd.randint(0, lens(t))
+        table.append([max(0, hi - rnd.randint(0, 1)), hi][:: rnd.choice([1, -1])])
+    run(tiles, lens, 2, seed + 4444, W=2, QB=1, own_diag=True, own_turns=True, own_of=lambda t, c: table[t][c])
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_own_turns_small_ring(stages):
+    # Rings of 1 and 3 stages as of 2; within the ring's reach the first build's orders (every
+    # empty turn before the last P V, or after it) are correct too; three warpgroups with their
+    # turns (the round robin through 0, 1, 2), one Q buffer or two.
+    for seed in range(30):
+        tiles, lens, own = _own_turns_case(5000 + seed, stages)
+        run(tiles, lens, stages, seed, W=2, QB=1, own_diag=True, own_turns=True, own_of=own)
+        run(tiles, lens, stages, seed + 1111, W=2, QB=1, own_diag=True, own_turns=True, own_of=own,
+            extra_turns_at=("after_pv", "before_pv")[seed % 2])
+        tiles, lens, own = _own_turns_case(6000 + seed, stages, W=3)
+        run(tiles, lens, stages, seed + 2222, W=3, QB=1 + seed % 2, own_diag=True, own_turns=True, own_of=own)
+
+
+@pytest.mark.parametrize("counts", ["one fewer", "equal", "second zero", "first zero", "both zero"])
+def test_own_turns_counts(counts):
+    # Every tile of the walk with the same pattern: the first warpgroup a tile short of the second
+    # (the causal diagonal: one empty turn), equal counts (no empty turn), the second past the
+    # sequence (n_run 1, n - 1 empty turns while the first computes; within the ring's reach), the
+    # first without own tiles (the second computing), neither (both compute tile 0 only and take
+    # every turn empty).
+    own = {"one fewer": lambda n, c: n - 1 + c, "equal": lambda n, c: n, "second zero": lambda n, c: n * (c == 0),
+           "first zero": lambda n, c: n * c, "both zero": lambda n, c: 0}[counts]
+    reach = counts in ("second zero", "first zero")
+    for S in (1, 2, 3):
+        for seed in range(10):
+            rnd = random.Random(seed)
+            lens = [rnd.randint(0, S + 1 if reach else 6) for _ in range(rnd.randint(1, 6))]
+            run(len(lens), lambda t: lens[t], S, seed, W=2, QB=1, own_diag=True, own_turns=True,
+                own_of=lambda t, c: own(lens[t], c))
+
+
+@pytest.mark.parametrize("extra_turns_at", ["before_pv", "after_pv"])
+def test_own_turns_past_ring_reach(extra_turns_at):
+    # Found by the model (thirty-second session) in the first build, which took every empty turn
+    # at once: a warpgroup that computes n_run tiles of n takes its n - n_run empty turns while it
+    # still holds its ring positions n_run - 1 .. n - 1 (the last V, before or after its P V, and
+    # the skipped tiles, given back only after the turns). The producer cannot refill past them
+    # (K of position n_run + S - 1 at most), so the other warpgroup's step n_run + S cannot start,
+    # and the empty turn after it never comes: with the second warpgroup past the sequence
+    # (counts [n, 0], a ragged causal tile of 64 or fewer rows, e.g. 17 queries on 300 keys, or
+    # 700 on 300 (its last tile): n = 5) every schedule deadlocks from n = S + 2 (4 on the ring
+    # of 2). The kernel's order (interleaved) passes the same schedules.
+    for S in (1, 2, 3):
+        for seed in range(5):
+            lens = [S + 2 + seed % 3]
+            with pytest.raises(Deadlock):
+                run(1, lambda t: lens[t], S, seed, W=2, QB=1, own_diag=True, own_turns=True,
+                    own_of=lambda t, c: lens[t] * (c == 0), extra_turns_at=extra_turns_at)
+            run(1, lambda t: lens[t], S, seed, W=2, QB=1, own_diag=True, own_turns=True,
+                own_of=lambda t, c: lens[t] * (c == 0))
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_own_turns_any_counts(stages):
+    # The kernel's order: the first empty turn before the last P V (the causal diagonal's one),
+    # each further one just before the next skipped tile is given back, so a warpgroup holds no
+    # ring position past the other's next turn. No deadlock with any counts at all (the finding's
+    # included), two warpgroups or three.
+    for seed in range(30):
+        tiles, lens, own = _own_turns_case(7000 + seed, stages, within_reach=False)
+        run(tiles, lens, stages, seed, W=2, QB=1, own_diag=True, own_turns=True, own_of=own)
+        rnd = random.Random(seed)
+        W = rnd.choice([2, 3])
+        table = [[rnd.randint(0, lens(t)) for _ in range(W)] for t in range(tiles)]
+        run(tiles, lens, stages, seed + 3333, W=W, QB=1, own_diag=True, own_turns=True,
+            own_of=lambda t, c: table[t][c])
+
+
+@pytest.mark.parametrize("mutation", sorted(OWN_TURN_MUTATIONS))
+def test_own_turn_mutation_fails(mutation):
+    # Each deliberate mistake fails the model, for the reason OWN_TURN_MUTATIONS gives, on every
+    # schedule tried: walks of 3..8 tiles on the ring of 2 whose first tiles are the causal
+    # diagonal's [n - 1, n] (n >= 2), the second warpgroup past the sequence [k, 0] (2 <= k <= 3:
+    # within the ring's reach) and neither warpgroup with own tiles [0, 0].
+    seen = []
+    for seed in range(12):
+        rnd = random.Random(seed)
+        tiles, lens, own = _own_turns_case(seed, 2, min_tiles=3)
+        n, k = rnd.randint(2, 6), rnd.randint(2, 3)
+        first = [(n, [n - 1, n]), (k, [k, 0]), (rnd.randint(1, 6), [0, 0])]
+        rnd.shuffle(first)
+        lens_l = [x[0] for x in first] + [lens(t) for t in range(3, tiles)]
+        table = [x[1] for x in first] + [[own(t, 0), own(t, 1)] for t in range(3, tiles)]
+        seen.append(_outcome(lambda: run(tiles, lambda t: lens_l[t], 2, seed, W=2, QB=1, own_diag=True, own_turns=True,
+                                         own_of=lambda t, c: table[t][c], mutation=mutation)))
+    _expect_caught(mutation, seen, *OWN_TURN_MUTATIONS[mutation])

@@ -83,6 +83,9 @@ TileOps(F...) -> TileOps<F...>;
 // takes for its first Q K^T, i.e. for that warpgroup's epilogue of the tile before.
 // after_first_qk(): runs while the tile's first Q K^T is in flight (the forward gives back the
 // Q buffer of its tile before last there, once its O store has read it).
+// extra_turns: turns taken empty (take, pass) after the loop, before the last P V: the first of
+// the tiles a warpgroup skips (the forward's own diagonals), so that the round robin stays whole
+// and the next warpgroup's turn is not held behind this one's last P V.
 struct NoStep {
   __device__ void operator()() const {}
 };
@@ -94,7 +97,7 @@ struct NoStep {
 template <int S, bool kSerialGemms, bool kTurnsAtEnds = true, bool kCarryRing = false, class Ops, int kS, int kO,
           class AfterFirstQk = NoStep>
 __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, float (&s)[kS], float (&o)[kO],
-                                             AfterFirstQk after_first_qk = {}) {
+                                             AfterFirstQk after_first_qk = {}, int extra_turns = 0) {
   mbarrier_wait_parity(op.k_full(ring_stage<S>(it)), ring_phase<S>(it));
   if constexpr (kTurnsAtEnds) op.take_turn();
   op.issue_qk(ring_stage<S>(it));
@@ -157,6 +160,10 @@ __device__ __forceinline__ void run_kv_tiles(int n_tiles, int& it, Ops& op, floa
     op.pack();
   }
   if constexpr (kCarryRing) it += n_tiles - 1;  // (n_tiles > 0)
+  for (int e = 0; e < extra_turns; ++e) {
+    op.take_turn();
+    op.pass_turn();
+  }
   const int last = ring_stage<S>(it);
   mbarrier_wait_parity(op.pv_full(last), ring_phase<S>(it));
   if constexpr (kTurnsAtEnds) op.take_turn();

@@ -418,15 +418,21 @@ __global__ void __launch_bounds__(
   // tile), and a tile past the sequence's end costs only its live warpgroups. The warpgroups
   // then take different numbers of steps per tile, so they run without pingpong turns, and
   // one that finishes its tile early starts its next while the others finish theirs.
-  constexpr bool kOwnDiagonal = kMasked && !kFp8 && D == 64 && kWarpgroups == 3;
+  // Masked 16-bit head_dim 256 (two warpgroups, 128-row tiles of 64-key K/V tiles): on a causal
+  // diagonal the first warpgroup's rows end one K/V tile before the second's (at 1k, 136
+  // warpgroup-tiles a head instead of 144). There the warpgroups keep their turns: one that
+  // computes fewer tiles takes the turns of the tiles it skips as empty ones (take, pass), so
+  // that every warpgroup still takes n_tiles - 1 turns a tile (below, where they go).
+  constexpr bool kOwnDiagonal = kMasked && !kFp8 && ((D == 64 && kWarpgroups == 3) || D == 256);
+  constexpr bool kNoTurns = kOwnDiagonal && D == 64;
   static_assert(!kOwnDiagonal || !Tr::kPInSmem, "own diagonals: no turn orders P's stores before the P V");
   auto take_turn = [&] {
-    if constexpr (!kOwnDiagonal) named_barrier_sync(kTurnBarrier0 + c, 256);
+    if constexpr (!kNoTurns) named_barrier_sync(kTurnBarrier0 + c, 256);
   };
   // The next warpgroup's id, computed where it is used (a value kept live across the loop cost
   // the d128 x 176 instance a spill).
   auto pass_turn = [&] {
-    if constexpr (kOwnDiagonal) return;
+    if constexpr (kNoTurns) return;
     else if constexpr (kWarpgroups == 2) named_barrier_arrive(kTurnBarrier0 + (c ^ 1), 256);
     else named_barrier_arrive(kTurnBarrier0 + (c + 1 == kWarpgroups ? 0 : c + 1), 256);
   };
@@ -631,8 +637,28 @@ __global__ void __launch_bounds__(
         static_assert(S >= kWarpgroups, "run_kv_share: every share's tile in the ring at once");
         run_kv_share<S>(tc.n_tiles, c, kWarpgroups, it, ops, s_flat, o_flat);
       } else if constexpr (kOwnDiagonal) {
-        if (n_own > 0) run_kv_tiles<S, Tr::kSerialGemms, false, true>(n_own, it, ops, s_flat, o_flat, release_pending_q);
-        skip_kv_tiles<S>(tc.n_tiles - n_own, it, ops);
+        // With turns a warpgroup computes at least one tile (a warpgroup without visible keys then
+        // computes a masked one, as without own diagonals) and takes the skipped tiles' turns
+        // empty, so that every warpgroup takes n_tiles - 1 turns a tile: the first just before
+        // its last P V, each other one just before it gives back the next skipped tile. Taking
+        // them all before the skips deadlocks (the protocol model, past the ring's reach): the
+        // other warpgroup's step k needs K/V stages this one would hold while it waits for turn k.
+        const int n_run = kNoTurns ? n_own : max(n_own, 1);
+        const int n_skip = tc.n_tiles - n_run;
+        if (n_run > 0)
+          run_kv_tiles<S, Tr::kSerialGemms, false, true>(n_run, it, ops, s_flat, o_flat, release_pending_q,
+                                                         kNoTurns ? 0 : min(n_skip, 1));
+        if constexpr (kNoTurns) {
+          skip_kv_tiles<S>(n_skip, it, ops);
+        } else {
+          for (int k = 0; k < n_skip; ++k) {
+            if (k > 0) {
+              take_turn();
+              pass_turn();
+            }
+            skip_kv_tiles<S>(1, it, ops);
+          }
+        }
       } else {
         // The tile's first Q K^T and last P V without a turn (kv_tile_schedule.cuh).
         run_kv_tiles<S, Tr::kSerialGemms, false, true>(tc.n_tiles, it, ops, s_flat, o_flat, release_pending_q);
