@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(
   // tile), and a tile past the sequence's end costs only its live warpgroups. The warpgroups
   // then take different numbers of steps per tile, so they run without pingpong turns, and
   // one that finishes its tile early starts its next while the others finish theirs.
-  constexpr bool kOwnDiagonal = kMasked && !kFp8 && D == 64 && kWarpgroups == 3;
+  constexpr bool kOwnDiagonal = kMasked && !kFp8 && (D == 64 || D == 128) && kWarpgroups == 3;
   static_assert(!kOwnDiagonal || !Tr::kPInSmem, "own diagonals: no turn orders P's stores before the P V");
   auto take_turn = [&] {
     if constexpr (!kOwnDiagonal) named_barrier_sync(kTurnBarrier0 + c, 256);
