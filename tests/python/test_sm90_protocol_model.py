@@ -22,16 +22,27 @@ merge slot warpgroup 0 reads holds the share of the same tile (written, not yet 
 every named-barrier generation has one arrival per warpgroup, the merge barriers end balanced,
 and the turn barriers see only the start's arrival and the end's take.
 
-The own-diagonal instance (kernel.cuh kOwnDiagonal, masked 16-bit head_dim 64: three consumer
-warpgroups, two Q buffers, a ring of 4 stages) too (run(..., own_diag=True)): warpgroup c runs
-run_kv_tiles over only the first n_own of a tile's K/V tiles (those its rows see: own_of, or
-random as the masks give them, masked_own_counts), none where n_own is 0 (its deferred Q release
-then at its epilogue), and gives the rest back unread (kv_tile_schedule.cuh skip_kv_tiles: wait
-each stage's full barrier, release), no turns at all; the producer as ever. Checked there
+The own-diagonal instances (kernel.cuh kOwnDiagonal, masked 16-bit head_dim 64: three consumer
+warpgroups, two Q buffers, a ring of 4 stages; causal 16-bit head_dim 128 the same on a ring of 2
+with the serial schedule, below) too (run(..., own_diag=True)): warpgroup c runs run_kv_tiles
+over only the first n_own of a tile's K/V tiles (those its rows see: own_of, or random as the
+masks give them, masked_own_counts), none where n_own is 0 (its deferred Q release then at its
+epilogue), and gives the rest back unread (kv_tile_schedule.cuh skip_kv_tiles: wait each stage's
+full barrier, release), no turns at all; the producer as ever. Checked there
 besides: no turn barrier is ever used. In every instance (since the own-diagonal one): every
 consumer's ring release counts in the phase of its own ring position, each stage's empty
 barriers end with one completed phase per ring position through it, and (but in the tail's,
 whose shares are checked apart) each warpgroup computes, Q K^T and P V, exactly its tiles.
+
+The consumers follow run_kv_tiles' overlapped schedule (Q K^T of tile i and P V of tile i - 1 in
+flight together), or with serial=True its serial one (kv_tile_schedule.cuh kSerialGemms: the FP8
+instances but the V^T-only head_dim 256 one, and causal 16-bit head_dim 128 on three warpgroups
+with own diagonals, whose registers do not hold O, S and P at once): each steady-state step waits
+for K(i) and V(i - 1), takes its turn, issues P V(i - 1), waits for it, gives V(i - 1) back, issues
+Q K^T(i), passes the turn, waits for it and gives K(i) back; the first Q K^T and the last P V as in
+the overlapped one. Either, in the normal turn modes and in the own-diagonal instance. In both the
+consumers register the wgmmas in flight on each stage (from the issue to the wait that completes
+them), and no TMA (nor a transposing warp) may refill a stage one of them still reads.
 
 A deadlock is reported as soon as every live agent is blocked on a barrier that no agent and no
 copy in flight can change (Deadlock), not after a step limit.
@@ -57,7 +68,10 @@ step) instead of the tile's first 64 rows. The own-diagonal instance's, as tests
 (test_own_mutation_fails, OWN_MUTATIONS): a skipped tile given back without waiting for its full
 barriers (early release); a warpgroup advancing its ring position by n_own, no skips (deadlock, or
 a stale K); run_kv_tiles run with n_own == 0 (a tile not its own computed); the pingpong turns
-kept (deadlock).
+kept (deadlock). The serial schedule's, as tests too (test_serial_mutation_fails, SERIAL_MUTATIONS,
+in the own-diagonal instance with the head_dim 128 instance's ring of 2): a step giving V(i - 1)
+back before its P V's wait, or K(i) back before its Q K^T's wait (the stage refilled under the
+wgmma).
 """
 
 import random
@@ -190,6 +204,16 @@ OWN_MUTATIONS = {
 }
 
 
+# The serial schedule's deliberate mistakes (run(..., serial=True, mutation=...)), as TAIL_MUTATIONS.
+SERIAL_MUTATIONS = {
+    # a steady-state step gives V(i - 1) back right after issuing its P V, before the wait_group 0
+    # that completes it: once every warpgroup has, the producer refills the stage under the wgmma
+    "release_v_before_pv_wait": ("under a wgmma", False),
+    # a steady-state step gives K(i) back right after issuing its Q K^T, before its wait
+    "release_k_before_qk_wait": ("under a wgmma", True),
+}
+
+
 def masked_own_counts(rnd, n, W):
     """Own counts of a tile of n K/V tiles as the masks give them (kernel.cuh n_own): non-decreasing
     in the warpgroup (a later warpgroup's last row sees at least as far), the last warpgroup's
@@ -205,7 +229,8 @@ def masked_own_counts(rnd, n, W):
 
 
 def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False, transposers=True, tail=False,
-        mutation=None, turns_at_ends=True, defer_q_release=False, store_wait=True, own_diag=False, own_of=None):
+        mutation=None, turns_at_ends=True, defer_q_release=False, store_wait=True, own_diag=False, own_of=None,
+        serial=False):
     """One CTA walking `tiles_per_cta` tiles of ntiles_of(t) K/V tiles each, S ring stages, W
     consumer warpgroups, QB Q buffers (Q tile r in buffer r % QB, phase r // QB), vt_global: FP8
     with V^T loaded by the producer's TMA instead of transposed by warps; transposers=False (with
@@ -218,15 +243,19 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     the tail instance: kernel.cuh kDeferQRelease): that wait and the Q buffer's release come
     after the next tile's first Q K^T is issued, or at the next epilogue (store_wait=False: a
     deliberate mistake, the release without that wait);
-    own_diag: the own-diagonal instance (kernel.cuh kOwnDiagonal, masked 16-bit head_dim 64 on
-    three warpgroups): warpgroup c computes the first own_of(t, c) K/V tiles of tile t (default:
-    random, as the masks give them) and gives the others back unread, no turns, the Q release
-    deferred with two Q buffers (mutation: one of OWN_MUTATIONS);
+    own_diag: the own-diagonal instance (kernel.cuh kOwnDiagonal, masked 16-bit head_dim 64 or 128
+    on three warpgroups; at 128 with serial=True): warpgroup c computes the first own_of(t, c) K/V
+    tiles of tile t (default: random, as the masks give them) and gives the others back unread, no
+    turns, the Q release deferred with two Q buffers (mutation: one of OWN_MUTATIONS);
+    serial: run_kv_tiles' serial schedule (kSerialGemms: P V of tile i - 1 completed before Q K^T of
+    tile i is issued) instead of the overlapped one, in any of the modes but the tail instance's
+    (mutation: one of SERIAL_MUTATIONS);
     agents are generators advanced in random order, TMA copies land at random later times."""
     assert transposers or (fp8 and vt_global), "only V^T-only FP8 instances lack the transposing warps"
     assert not tail or (not fp8 and QB == 2), "the tail-row instance: 16-bit, two Q buffers (kQGroups == 1)"
     assert mutation is None or (tail and mutation in TAIL_MUTATIONS) or (
-        own_diag and mutation in OWN_MUTATIONS), mutation
+        own_diag and mutation in OWN_MUTATIONS) or (serial and mutation in SERIAL_MUTATIONS), mutation
+    assert not serial or not tail, "the tail-row instance runs run_kv_share, not run_kv_tiles"
     assert not own_diag or (not fp8 and not tail), "the own-diagonal instance: 16-bit, not the tail instance"
     if own_diag:  # as the instance runs: run_kv_tiles<..., kTurnsAtEnds = false>, kDeferQRelease
         turns_at_ends, defer_q_release = False, QB == 2
@@ -261,7 +290,8 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
     kbuf = [None] * S
     vbuf = [None] * S
     vtbuf = [None] * S
-    # wgmmas in flight reading each stage (the tail model registers them): no TMA may refill it.
+    # wgmmas in flight reading each stage (registered from their issue to the wait that completes
+    # them): no TMA, nor a transposing warp, may refill it.
     reading = {"K": [0] * S, "V": [0] * S, "V^T": [0] * S}
     qbuf = [{"rows": [None] * W} for _ in range(QB)]
     pending_tma = []  # (callback)
@@ -370,7 +400,9 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 while not vt_empty[st].try_wait(par ^ 1):
                     yield BLOCKED
                 assert vbuf[st] == (t, i), ("transposer read", vbuf[st], (t, i))
+                assert not reading["V^T"][st], f"V^T stage {st} refilled under a wgmma reading it"
                 yield
+                assert not reading["V^T"][st], f"V^T stage {st} overwritten under a wgmma reading it"
                 vtbuf[st] = vbuf[st]
                 vt_full[st].arrive(3)
                 v_empty[st].arrive(3)
@@ -437,11 +469,13 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
         pvf = vt_full if fp8 else v_full
         pve = vt_empty if fp8 else v_empty
         pvb = vtbuf if fp8 else vbuf
+        pvk = "V^T" if fp8 else "V"  # the stage P V reads (reading's key)
         q_tag = lambda t: ("q", t, c)  # noqa: E731
 
         def run_kv_tiles(n, t, b):
-            """kv_tile_schedule.cuh run_kv_tiles, overlapped: tiles 0 .. n - 1 (n > 0) of tile t from
-            ring position it."""
+            """kv_tile_schedule.cuh run_kv_tiles: tiles 0 .. n - 1 (n > 0) of tile t from ring position
+            it, overlapped, or serial (kSerialGemms). Each wgmma counts as reading its stage from its
+            issue to the wait that completes it."""
             nonlocal it
             qk, pv = computed.setdefault((t, c), ([], []))
             st = it % S
@@ -454,11 +488,13 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
             # (run_kv_tiles needs n > 0: its first Q K^T and last P V run regardless)
             assert n > 0, f"warpgroup {c} computes K/V tile 0 of tile {t}: not one of its own ({n})"
             qk.append(0)
+            reading["K"][st] += 1
             if turns_at_ends:
                 pas(c)
             yield from release_pending(c)  # run_kv_tiles' after_first_qk
             yield  # the wgmma runs until its wait: Q and K must still hold this tile's data
             assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, 0), "Q or K overwritten under the wgmma"
+            reading["K"][st] -= 1
             release(k_empty, st, it, "K")
             for i in range(1, n):
                 prev = it % S
@@ -468,19 +504,51 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                     yield BLOCKED
                 while not pvf[prev].try_wait(((it - 1) // S) & 1):
                     yield BLOCKED
-                yield from take(c)
-                assert qbuf[b]["rows"][c] == q_tag(t), ("stale Q", qbuf[b]["rows"][c], q_tag(t))
-                assert kbuf[st] == (t, i), ("stale K", kbuf[st], (t, i))
-                assert pvb[prev] == (t, i - 1), ("stale V", pvb[prev], (t, i - 1))
-                qk.append(i)
-                pv.append(i - 1)
-                pas(c)
-                yield
-                assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, i), "Q or K overwritten under the wgmma"
-                release(k_empty, st, it, "K")
-                yield
-                assert pvb[prev] == (t, i - 1), "V overwritten under the wgmma"
-                release(pve, prev, it - 1, "V")
+                if serial:
+                    # kSerialGemms: P V(i - 1) completes before Q K^T(i) is issued (at most O + P or S
+                    # in flight at once).
+                    yield from take(c)
+                    assert pvb[prev] == (t, i - 1), ("stale V", pvb[prev], (t, i - 1))
+                    pv.append(i - 1)  # issue_pv(prev)
+                    reading[pvk][prev] += 1
+                    if mutation == "release_v_before_pv_wait":
+                        release(pve, prev, it - 1, "V")
+                    yield from wgmma_runs()  # wgmma_wait<0>
+                    assert pvb[prev] == (t, i - 1), "V overwritten under the wgmma"
+                    reading[pvk][prev] -= 1
+                    if mutation != "release_v_before_pv_wait":
+                        release(pve, prev, it - 1, "V")
+                    assert qbuf[b]["rows"][c] == q_tag(t), ("stale Q", qbuf[b]["rows"][c], q_tag(t))
+                    assert kbuf[st] == (t, i), ("stale K", kbuf[st], (t, i))
+                    qk.append(i)  # issue_qk(stage)
+                    reading["K"][st] += 1
+                    pas(c)
+                    if mutation == "release_k_before_qk_wait":
+                        release(k_empty, st, it, "K")
+                    yield from wgmma_runs()  # wgmma_wait<0>
+                    assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, i), "Q or K overwritten under the wgmma"
+                    reading["K"][st] -= 1
+                    if mutation != "release_k_before_qk_wait":
+                        release(k_empty, st, it, "K")
+                    yield  # weights (rescale, pack)
+                else:  # overlapped: S_i and P_{i-1} V_{i-1} in flight together
+                    yield from take(c)
+                    assert qbuf[b]["rows"][c] == q_tag(t), ("stale Q", qbuf[b]["rows"][c], q_tag(t))
+                    assert kbuf[st] == (t, i), ("stale K", kbuf[st], (t, i))
+                    assert pvb[prev] == (t, i - 1), ("stale V", pvb[prev], (t, i - 1))
+                    qk.append(i)
+                    pv.append(i - 1)
+                    reading["K"][st] += 1
+                    reading[pvk][prev] += 1
+                    pas(c)
+                    yield
+                    assert qbuf[b]["rows"][c] == q_tag(t) and kbuf[st] == (t, i), "Q or K overwritten under the wgmma"
+                    reading["K"][st] -= 1
+                    release(k_empty, st, it, "K")
+                    yield
+                    assert pvb[prev] == (t, i - 1), "V overwritten under the wgmma"
+                    reading[pvk][prev] -= 1
+                    release(pve, prev, it - 1, "V")
             last = it % S
             while not pvf[last].try_wait((it // S) & 1):
                 yield BLOCKED
@@ -488,10 +556,12 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
                 yield from take(c)
             assert pvb[last] == (t, n - 1), ("stale V", pvb[last], (t, n - 1))
             pv.append(n - 1)
+            reading[pvk][last] += 1
             if turns_at_ends:
                 pas(c)
             yield
             assert pvb[last] == (t, n - 1), "V overwritten under the wgmma"
+            reading[pvk][last] -= 1
             release(pve, last, it, "V")
             it += 1
 
@@ -666,6 +736,7 @@ def run(tiles_per_cta, ntiles_of, S, seed, fp8=False, W=2, QB=1, vt_global=False
         if steps > 2_000_000:
             raise RuntimeError("deadlock?")
     assert all(b.arrived == 0 for b in turn), ("unbalanced turns", [b.arrived for b in turn])
+    assert not any(any(r) for r in reading.values()), ("wgmmas never waited for", reading)
     # Every ring position given back by every warpgroup, each release in its own round's phase:
     # each stage's empty barrier ends with one completed phase per position through it.
     total = sum(ntiles_of(t) for t in tiles)
@@ -866,3 +937,51 @@ def test_own_mutation_fails(mutation):
         seen.append(_outcome(lambda: run(tiles, lens, 4, seed, W=3, QB=2, own_diag=True,
                                          own_of=lambda t, c: table[t][c], mutation=mutation)))
     _expect_caught(mutation, seen, *OWN_MUTATIONS[mutation])
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_own_diagonals_serial_random_schedule(seed):
+    # The causal 16-bit head_dim 128 instance on three warpgroups (kThreeWarpgroupCausalMinKeysD128):
+    # own diagonals, no turns, two Q buffers, run_kv_tiles' serial schedule (kSerialGemms), over
+    # its ring of 2 stages and rings of 1 and 3; own counts as the masks give them, and any counts.
+    tiles, lens = _own_case(seed)
+    rnd = random.Random(seed + 1)
+    table = [[rnd.randint(0, lens(t)) for _ in range(3)] for t in range(tiles)]
+    for stages in (1, 2, 3):
+        run(tiles, lens, stages, seed + 100 * stages, W=3, QB=2, own_diag=True, serial=True)
+        run(tiles, lens, stages, seed + 100 * stages + 4444, W=3, QB=2, own_diag=True, serial=True,
+            own_of=lambda t, c: table[t][c])
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_serial_with_turns_random_schedule(seed):
+    # The serial schedule with the pingpong turns (the FP8 instances but the V^T-only head_dim 256
+    # one run it): two or three warpgroups, one or two Q buffers, 16-bit or FP8 (V^T transposed by
+    # warps or loaded by TMA), turns at a tile's ends or not (with the deferred Q release where
+    # two Q buffers allow it).
+    rnd = random.Random(seed)
+    stages = rnd.choice([1, 2, 3, 4])
+    tiles = rnd.randint(1, 6)
+    lens = [rnd.choice([0, 1, 2, 3, 5]) for _ in range(tiles)]
+    fp8 = rnd.random() < 0.5
+    vt_global = fp8 and rnd.random() < 0.5
+    warpgroups = rnd.choice([2, 3])
+    q_buffers = rnd.choice([1, 2])
+    ends = rnd.random() < 0.5
+    run(tiles, lambda t: lens[t], stages, seed, fp8=fp8, W=warpgroups, QB=q_buffers, vt_global=vt_global,
+        turns_at_ends=ends, defer_q_release=not ends and q_buffers == 2, serial=True)
+
+
+@pytest.mark.parametrize("mutation", sorted(SERIAL_MUTATIONS))
+def test_serial_mutation_fails(mutation):
+    # Each deliberate mistake fails the model, for the reason SERIAL_MUTATIONS gives, on most
+    # schedules of the head_dim 128 instance (own diagonals, serial, a ring of 2), walks of 3..8
+    # tiles of 2..6 K/V tiles, the first tile computed in full by every warpgroup (steady-state steps).
+    seen = []
+    for seed in range(12):
+        tiles, lens = _own_case(seed, min_tiles=3, min_len=2)
+        orng = random.Random(seed)
+        table = [[lens(0)] * 3] + [masked_own_counts(orng, lens(t), 3) for t in range(1, tiles)]
+        seen.append(_outcome(lambda: run(tiles, lens, 2, seed, W=3, QB=2, own_diag=True, serial=True,
+                                         own_of=lambda t, c: table[t][c], mutation=mutation)))
+    _expect_caught(mutation, seen, *SERIAL_MUTATIONS[mutation])
