@@ -306,6 +306,29 @@ TEST(CudaForward, D256OwnDiagonalsMatchOracle) {
   }
 }
 
+// Causal 16-bit head_dim 128 calls of more than 1024 to 4096 mean keys run on three warpgroups
+// (192-row tiles, kThreeWarpgroupCausalMinKeysD128), P V completed before the next Q K^T, each
+// warpgroup computing only its own rows' K/V tiles: odd lengths, rows that see nothing, partial
+// last tiles, ragged with empty sequences, and more tiles than SMs.
+TEST(CudaForward, D128ThreeWarpgroupCausalMatchesOracle) {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const CaseSpec cases[] = {
+      dense(bf16, 2, 1500, 1500, 4, 2, 128, opts(true)),
+      dense(f16, 1, 2000, 1100, 2, 1, 128, opts(true)),   // 900 rows see no key
+      dense(bf16, 1, 17, 1025, 2, 1, 128, opts(true)),    // one tile, warpgroups 1 and 2 past the end
+      dense(f16, 1, 4096, 4096, 2, 1, 128, opts(true)),   // the switch's top
+      ragged(f16, {1, 113, 0, 1023, 17}, {1, 113, 5, 4000, 2000}, 4, 2, 128, opts(true)),  // 1223 mean keys
+      dense(bf16, 4, 1100, 1100, 8, 2, 128, opts(true, -1, -1, 5.0f)),  // 192 tiles, a soft cap
+  };
+  auto rng = fresh_rng();
+  for (const CaseSpec& spec : cases) {
+    SCOPED_TRACE(spec.name());
+    GpuCase g(spec, rng);
+    g.run();
+    expect_written_within_rule(g.host);
+  }
+}
+
 // TESSERA_CUDA_FORWARD_KEY_TILE forces the short-key or the long-key tile on unmasked head_dim 64
 // calls on three consumer warpgroups (128 keys, P from registers / 192 keys, P through shared
 // memory, which the rule no longer takes: it lost where measured) and on head_dim 128

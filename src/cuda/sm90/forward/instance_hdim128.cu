@@ -16,4 +16,7 @@ template void launch_forward<__nv_bfloat16, 128, 128, true>(const FwdArgs&, int,
 // Long causal problems: 176-key tiles (kShortCausalMaxKeysD128).
 template void launch_forward<__half, 128, 176, true>(const FwdArgs&, int, void*);
 template void launch_forward<__nv_bfloat16, 128, 176, true>(const FwdArgs&, int, void*);
+// Short causal problems on three consumer warpgroups (kThreeWarpgroupCausalD128).
+template void launch_forward<__half, 128, 128, true, 3>(const FwdArgs&, int, void*);
+template void launch_forward<__nv_bfloat16, 128, 128, true, 3>(const FwdArgs&, int, void*);
 }  // namespace tessera::cuda::sm90

@@ -410,7 +410,8 @@ __global__ void __launch_bounds__(
   constexpr int kWarpgroups = Tr::kConsumerWarpgroups;
   static_assert(kWarpgroups <= kTurnBarrier0 - kEpilogueBarrier0, "one epilogue barrier per warpgroup");
   static_assert(kTurnBarrier0 + kWarpgroups <= 16, "named barrier ids 0..15");
-  // Own diagonals (masked 16-bit head_dim 64 on three warpgroups, 192-row Q tiles): a warpgroup
+  // Own diagonals (masked 16-bit head_dim 64, and causal head_dim 128 of kThreeWarpgroupCausalMinKeysD128
+  // to kShortCausalMaxKeysD128 mean keys, on three warpgroups, 192-row Q tiles): a warpgroup
   // computes only the K/V tiles its own 64 rows can see and gives the tile's later ones back
   // unread (skip_kv_tiles). On a causal diagonal a 192-row tile spans 1.5 K/V tiles of 128 keys,
   // which its first warpgroups' rows do not see: at 1k the three warpgroups then compute the
@@ -423,8 +424,9 @@ __global__ void __launch_bounds__(
   // warpgroup-tiles a head instead of 144). There the warpgroups keep their turns: one that
   // computes fewer tiles takes the turns of the tiles it skips as empty ones (take, pass), so
   // that every warpgroup still takes n_tiles - 1 turns a tile (below, where they go).
-  constexpr bool kOwnDiagonal = kMasked && !kFp8 && ((D == 64 && kWarpgroups == 3) || D == 256);
-  constexpr bool kNoTurns = kOwnDiagonal && D == 64;
+  constexpr bool kOwnDiagonal =
+      kMasked && !kFp8 && (((D == 64 || D == 128) && kWarpgroups == 3) || D == 256);
+  constexpr bool kNoTurns = kOwnDiagonal && kWarpgroups == 3;
   static_assert(!kOwnDiagonal || !Tr::kPInSmem, "own diagonals: no turn orders P's stores before the P V");
   auto take_turn = [&] {
     if constexpr (!kNoTurns) named_barrier_sync(kTurnBarrier0 + c, 256);

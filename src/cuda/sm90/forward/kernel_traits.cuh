@@ -88,6 +88,16 @@ constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 // 8k 0.974 of the time, below 1 in every round.
 constexpr long long kShortCausalMaxKeysD128 = 4096;
 
+// Causal 16-bit head_dim 128 problems (no window) whose sequences average more than this many
+// keys and at most kShortCausalMaxKeysD128 run on three consumer warpgroups (192-row Q tiles,
+// 128-key tiles, two Q buffers: 224 KB), each computing only its own rows' K/V tiles (kernel.cuh,
+// kOwnDiagonal), with P V completed before the next Q K^T (kSerialGemms: O 64 + S 64 + P 32
+// registers do not fit three warpgroups' 160 at once, O + S and O + P do). At head_dim 64 three
+// warpgroups with own diagonals took 0.94 of two's time at 512-2k keys; at 128 they lose the
+// intra-warpgroup overlap. Measured (thirty-third session, against two): 2k keys 0.986, 4k 0.973,
+// but 1k 1.023 (its last 192-row tile a third full and the longest), so from 1025 keys.
+constexpr long long kThreeWarpgroupCausalMinKeysD128 = 1024;
+
 // Unmasked 16-bit head_dim 64 problems whose sequences average more than this many keys run on
 // 192-key tiles with P through shared memory (kWideKeyTileD64, FwdTraits::kPInSmem) instead of
 // 128-key tiles with P from registers: each tile's fixed costs (the turn, two waits, the row
@@ -173,7 +183,10 @@ struct FwdTraits {
   // warpgroups' 160: it serialized every wgmma, C7512, and spilled 144 B), so the FP8 instances
   // complete P V before they issue the next Q K^T; except the V^T-only head_dim 256 one, whose
   // 240 registers hold them (ptxas: 0 spill, the P V wait after the softmax in SASS).
-  static constexpr bool kSerialGemms = kFp8 && !(kVtOnly && kHeadDim == 256);
+  // 16-bit head_dim 128 on three warpgroups (kThreeWarpgroupCausalMinKeysD128): O 64 + S 64 + P 32
+  // do not fit their 160 registers at once.
+  static constexpr bool kSerialGemms =
+      (kFp8 && !(kVtOnly && kHeadDim == 256)) || (!kFp8 && kHeadDim == 128 && kConsumerWarpgroups == 3);
   // 16-bit head_dim 64 x 192 keys: O (32) + S (96) + P (48) registers do not fit three consumer
   // warpgroups' 160, O + S do. So each warpgroup stores P in its own buffer in shared memory
   // (64 rows of kBlockN keys, K-major, 128-byte swizzle, as Q is) and the P V wgmma reads its A

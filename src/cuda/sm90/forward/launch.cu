@@ -48,7 +48,8 @@ int smem_bytes_max() {
   const int e = FwdTraits<D, block_n_for(D, true), 2, 0, false, true>::kSmemBytes;
   const int f = FwdTraits<D, block_n_for(D, true, false, true), 2, 0, false, true>::kSmemBytes;
   const int g = D == 64 ? FwdTraits<D, block_n_for(D, true), 2, 2, false, true>::kSmemBytes : 0;
-  return std::max({a, b, c, d, e, f, g});
+  const int h = D == 128 ? FwdTraits<D, block_n_for(D, true), 2, 3, false, true>::kSmemBytes : 0;
+  return std::max({a, b, c, d, e, f, g, h});
 }
 
 int smem_bytes(int head_dim) {
@@ -160,6 +161,8 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
     if constexpr (D == 128) {  // long causal calls (kShortCausalMaxKeysD128)
       constexpr int kLongMasked = block_n_for(128, true, false, true);
       if (block_n == kLongMasked) return launch_forward<T, 128, kLongMasked, true>(a, num_sms, p.stream);
+      // Short causal calls on three warpgroups (kThreeWarpgroupCausalD128)
+      if (a.block_m == 192) return launch_forward<T, 128, block_n_for(128, true), true, 3>(a, num_sms, p.stream);
     }
     return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
   }

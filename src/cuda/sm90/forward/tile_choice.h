@@ -37,6 +37,9 @@ inline FwdTileChoice forward_tile_choice(int head_dim, bool fp8, bool masked, lo
       d64 && (d64_warpgroups == 0
                   ? masked && mean_keys <= (windowed ? kTwoWarpgroupMaxKeysD64Window : kTwoWarpgroupMaxKeysD64)
                   : d64_warpgroups == 2);
+  // Short causal head_dim 128 (no window) on three warpgroups (kThreeWarpgroupCausalMinKeysD128).
+  const bool three_wg_d128 = d128 && masked && !windowed && mean_keys > kThreeWarpgroupCausalMinKeysD128 &&
+                             mean_keys <= kShortCausalMaxKeysD128;
   FwdTileChoice c;
   c.masked_instance = masked || two_wg_d64;
   c.block_m = two_wg_d64 ? 128 : block_m_for(head_dim, fp8);
@@ -48,6 +51,7 @@ inline FwdTileChoice forward_tile_choice(int head_dim, bool fp8, bool masked, lo
                                             ? mean_keys > short_max
                                             : key_tile == dispatch::ForwardKeyTile::long_keys);
   c.block_n = block_n_for(head_dim, c.masked_instance, fp8, long_keys);
+  if (three_wg_d128 && !long_keys) c.block_m = 192;  // (the key-tile knob's 176 keys: two)
   return c;
 }
 
