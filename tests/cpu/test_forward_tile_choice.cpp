@@ -78,9 +78,11 @@ TEST(Sm90ForwardTileChoice, OtherHeadDims) {
   expect_choice(forward_tile_choice(128, false, false, 2048), {false, 128, 128}, "d128, 2048 keys");
   expect_choice(forward_tile_choice(128, false, false, 2049), {false, 128, 176}, "d128, 2049 keys");
   // Causal head_dim 128 (no window): 128-key tiles up to 4096 keys, 176-key tiles above; windows 128.
-  // ... and from 1025 to 4096 keys on three warpgroups (192-row tiles), windows on two.
+  // ... and dense ones from 1025 to 4096 keys on three warpgroups (192-row tiles), windows and ragged on two.
   expect_choice(forward_tile_choice(128, false, true, 1024), {true, 128, 128}, "d128 causal, 1024 keys");
   expect_choice(forward_tile_choice(128, false, true, 1025), {true, 192, 128}, "d128 causal, 1025 keys");
+  expect_choice(forward_tile_choice(128, false, true, 2048, 0, kRule, false, true), {true, 128, 128},
+                "d128 causal ragged, 2048 mean keys");
   expect_choice(forward_tile_choice(128, false, true, 2049), {true, 192, 128}, "d128 causal, 2049 keys");
   expect_choice(forward_tile_choice(128, false, true, 4096), {true, 192, 128}, "d128 causal, 4096 keys");
   expect_choice(forward_tile_choice(128, false, true, 1024, 0, kRule, true), {true, 128, 128}, "d128 window, 1024 keys");

@@ -88,14 +88,16 @@ constexpr long long kShortUnmaskedMaxKeysD128 = 2048;
 // 8k 0.974 of the time, below 1 in every round.
 constexpr long long kShortCausalMaxKeysD128 = 4096;
 
-// Causal 16-bit head_dim 128 problems (no window) whose sequences average more than this many
+// Dense causal 16-bit head_dim 128 problems (no window) whose sequences have more than this many
 // keys and at most kShortCausalMaxKeysD128 run on three consumer warpgroups (192-row Q tiles,
 // 128-key tiles, two Q buffers: 224 KB), each computing only its own rows' K/V tiles (kernel.cuh,
 // kOwnDiagonal), with P V completed before the next Q K^T (kSerialGemms: O 64 + S 64 + P 32
 // registers do not fit three warpgroups' 160 at once, O + S and O + P do). At head_dim 64 three
 // warpgroups with own diagonals took 0.94 of two's time at 512-2k keys; at 128 they lose the
 // intra-warpgroup overlap. Measured (thirty-third session, against two): 2k keys 0.986, 4k 0.973,
-// but 1k 1.023 (its last 192-row tile a third full and the longest), so from 1025 keys.
+// but 1k 1.023 (its last 192-row tile a third full and the longest), so from 1025 keys; again
+// 1.5k 0.987, 3k 0.971, 4k 0.968, but a ragged batch of 8 (2k keys a sequence on average)
+// 1.027: dense calls only (tile_choice.h).
 constexpr long long kThreeWarpgroupCausalMinKeysD128 = 1024;
 
 // Unmasked 16-bit head_dim 64 problems whose sequences average more than this many keys run on

@@ -250,7 +250,7 @@ bool run_forward(const AttentionParams& p) {
   const bool windowed = p.mask.window_left >= 0 || p.mask.window_right >= 0;
   const FwdTileChoice tiles_of_call = forward_tile_choice(p.head_dim, fp8, masked, mean_keys,
                                                           dispatch::d64_warpgroups_override(),
-                                                          dispatch::forward_key_tile_override(), windowed);
+                                                          dispatch::forward_key_tile_override(), windowed, ragged);
   const bool masked_instance = tiles_of_call.masked_instance;
   const int block_m = tiles_of_call.block_m;
   const int block_n = tiles_of_call.block_n;

@@ -24,22 +24,24 @@ struct FwdTileChoice {
 //  - unmasked fp16 / bf16 head_dim 128: 128-key tiles (two Q buffers) up to
 //    kShortUnmaskedMaxKeysD128 keys, 176-key tiles (one Q buffer) above;
 //  - causal fp16 / bf16 head_dim 128 without a window: 128-key tiles up to
-//    kShortCausalMaxKeysD128 keys, 176-key tiles above;
+//    kShortCausalMaxKeysD128 keys, 176-key tiles above; dense (not ragged) ones of more than
+//    kThreeWarpgroupCausalMinKeysD128 keys up to that bound on three warpgroups (192-row tiles);
 //  - unmasked fp16 / bf16 head_dim 64 on three warpgroups: 128-key tiles at every length
 //    (kShortUnmaskedMaxKeysD64 is the largest count: the 192-key tiles with P through shared
 //    memory lost where measured), 192-key tiles only when the knob forces them;
 //  the key-tile knob forces the short or the long choice of those three, and nothing else.
 inline FwdTileChoice forward_tile_choice(int head_dim, bool fp8, bool masked, long long mean_keys, int d64_warpgroups = 0,
                                          dispatch::ForwardKeyTile key_tile = dispatch::ForwardKeyTile::automatic,
-                                         bool windowed = false) {
+                                         bool windowed = false, bool ragged = false) {
   const bool d64 = !fp8 && head_dim == 64, d128 = !fp8 && head_dim == 128;
   const bool two_wg_d64 =
       d64 && (d64_warpgroups == 0
                   ? masked && mean_keys <= (windowed ? kTwoWarpgroupMaxKeysD64Window : kTwoWarpgroupMaxKeysD64)
                   : d64_warpgroups == 2);
-  // Short causal head_dim 128 (no window) on three warpgroups (kThreeWarpgroupCausalMinKeysD128).
-  const bool three_wg_d128 = d128 && masked && !windowed && mean_keys > kThreeWarpgroupCausalMinKeysD128 &&
-                             mean_keys <= kShortCausalMaxKeysD128;
+  // Short dense causal head_dim 128 (no window) on three warpgroups (kThreeWarpgroupCausalMinKeysD128;
+  // ragged batches stay on two: each sequence's last 192-row tile is part empty).
+  const bool three_wg_d128 = d128 && masked && !windowed && !ragged &&
+                             mean_keys > kThreeWarpgroupCausalMinKeysD128 && mean_keys <= kShortCausalMaxKeysD128;
   FwdTileChoice c;
   c.masked_instance = masked || two_wg_d64;
   c.block_m = two_wg_d64 ? 128 : block_m_for(head_dim, fp8);
