@@ -5,7 +5,7 @@
 # (no rounding); wgmma operands are read through the descriptor and 128-byte swizzle rules of
 # wgmma.cuh / smem_desc.h, accumulator and register-A fragments as wgmma.cuh documents them,
 # stmatrix (plain and .trans) as stmatrix.cuh does (those rules passed the GPU tests of
-# tests/gpu/test_primitives_sm90.cu; the N = 32 SS wgmma of d256 is the same K-major rule with
+# tests/gpu/test_*_sm90.cu; the N = 32 SS wgmma of d256 is the same K-major rule with
 # 32 B rows and has its own, not yet run, GPU test). The kernel's own address and fragment
 # expressions are transcribed (Cfg mirrors BwdTraits; load_tile, the GEMM descriptors and
 # advances, the P/dS steps, the stmatrix addresses, the dQ RED indices, the dK/dV epilogue) and

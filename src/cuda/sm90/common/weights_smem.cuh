@@ -1,6 +1,6 @@
 // 16-bit attention weights P from a warpgroup's registers into shared memory, where a wgmma reads
 // them as its A operand (the sm90 forward's wide head_dim 64 instance, FwdTraits::kPInSmem).
-// tests/gpu/test_primitives_sm90.cu runs it into a P V product; tests/python/
+// tests/gpu/test_wgmma_sm90.cu runs it into a P V product; tests/python/
 // test_p_smem_layout_model.py models every lane's addresses and the bank conflicts.
 #pragma once
 
