@@ -84,6 +84,11 @@ TEST(Sm90ForwardTileChoice, OtherHeadDims) {
   expect_choice(forward_tile_choice(128, false, true, 2048, 0, kRule, false, true), {true, 128, 128},
                 "d128 causal ragged, 2048 mean keys");
   expect_choice(forward_tile_choice(128, false, true, 2049), {true, 192, 128}, "d128 causal, 2049 keys");
+  // Inside that range the key-tile knob's long tiles keep two (the three-warpgroup instance has
+  // 128-key tiles only), its short ones three; a window keeps two.
+  expect_choice(forward_tile_choice(128, false, true, 2048, 0, kLong), {true, 128, 176}, "d128 causal 2k, long forced");
+  expect_choice(forward_tile_choice(128, false, true, 2048, 0, kShort), {true, 192, 128}, "d128 causal 2k, short forced");
+  expect_choice(forward_tile_choice(128, false, true, 2048, 0, kRule, true), {true, 128, 128}, "d128 window, 2048 keys");
   expect_choice(forward_tile_choice(128, false, true, 4096), {true, 192, 128}, "d128 causal, 4096 keys");
   expect_choice(forward_tile_choice(128, false, true, 1024, 0, kRule, true), {true, 128, 128}, "d128 window, 1024 keys");
   expect_choice(forward_tile_choice(128, false, true, 4097), {true, 128, 176}, "d128 causal, 4097 keys");

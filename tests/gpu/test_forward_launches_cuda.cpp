@@ -361,6 +361,8 @@ TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
       dense(bf16, 2, 400, 1000, 4, 2, 128, opts(true)),                // d128 causal: 128 / 176 keys
       dense(f16, 1, 177, 4200, 2, 1, 128, opts(true, -1, -1, 2.0f)),   // d128 causal, softcap, 176-key tiles by the rule
       dense(bf16, 6, 700, 700, 8, 2, 128, opts(true)),                 // d128 causal, 288 tiles: the dynamic walk
+      dense(f16, 1, 2000, 2000, 2, 1, 128, opts(true)),                // d128 causal in the three-warpgroup range:
+                                                                       // long keys keep two, short ones three
       ragged(f16, {150, 0, 300}, {2500, 0, 129}, 4, 2, 128, opts(false)),  // d128 ragged
   };
   auto rng = fresh_rng();

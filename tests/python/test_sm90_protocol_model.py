@@ -191,7 +191,8 @@ def _own_turns_case(seed, S, W=2, within_reach=True, min_tiles=1):
     """A walk of 1..8 tiles of 0..6 K/V tiles with own counts as the masks give them
     (turn_own_counts); within_reach: a tile with a warpgroup past the sequence (n_own 0, so
     n_run 1 and n - 1 empty turns while another warpgroup computes) has at most S + 1 K/V tiles,
-    the most the kernel's order gets through (test_own_turns_past_ring_reach)."""
+    the most the first build's order got through (test_own_turns_past_ring_reach); the kernel's
+    interleaved order has no such limit (test_own_turns_any_counts)."""
     rnd = random.Random(seed)
     tiles = rnd.randint(min_tiles, 8)
     lens, table = [], []

@@ -2,7 +2,8 @@
 // sequence) (persistent, one per SM: a static walk for unmasked dense problems, a dynamic one
 // from a global counter for masked and ragged ones; one tile per CTA without the counter); a
 // producer warpgroup feeds Q and K/V tiles by TMA into a ring of shared-memory stages, and two
-// (three at head_dim 64) consumer warpgroups run S = Q K^T and O += P V on wgmma with the online
+// (three at head_dim 64, at FP8 head_dim 128 and for dense causal head_dim 128 calls of
+// 1025-4096 keys) consumer warpgroups run S = Q K^T and O += P V on wgmma with the online
 // softmax in registers.
 // See kernel_traits.cuh for tiles and layout, forward_args.h for the arguments.
 //
@@ -11,13 +12,14 @@
 // only then does the warpgroup wait for the P V product, rescale O and pack P_i. So the
 // softmax of tile i runs under the P V GEMM of tile i - 1.
 //
-// Pingpong between the consumer warpgroups (two, or three at head_dim 64): each issues its
+// Pingpong between the consumer warpgroups (two, or three): each issues its
 // GEMMs of a tile only in its turn, round robin (named barrier of 256 threads: its own 128
 // wait, the previous warpgroup's 128 arrive when they have issued theirs), so the others'
 // softmax runs while one warpgroup's GEMMs occupy the tensor cores. Warpgroup 0 goes first (the
 // last warpgroup arrives once at the start); all take the same number of turns, and warpgroup 0
-// consumes the last arrival at the end. Not in the masked head_dim 64 three-warpgroup instance,
-// whose warpgroups each compute only their own rows' K/V tiles (kOwnDiagonal, below).
+// consumes the last arrival at the end. Not in the masked 16-bit three-warpgroup instances
+// (head_dim 64 and 128), whose warpgroups each compute only their own rows' K/V tiles
+// (kOwnDiagonal, below); masked head_dim 256 computes its own diagonals too and keeps its turns.
 #pragma once
 
 #include <cuda.h>

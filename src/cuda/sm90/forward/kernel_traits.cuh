@@ -2,8 +2,9 @@
 //
 // A CTA (persistent, one per SM; see launch_template.cuh for its walk) has 1
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
-// with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64), each owning 64 query rows of
-// the 128-row (192-row) Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from
+// with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64, at FP8 head_dim 128 and for dense
+// causal head_dim 128 calls of 1025-4096 keys), each owning 64 query rows of the 128-row (192-row)
+// Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from
 // registers, or from each warpgroup's buffer in smem in the wide head_dim 64 instance, kPInSmem;
 // V MN-major in smem; for fp8, V^T K-major, transposed by three producer warps). K
 // and V tiles stream through a ring of kStages stages, each with a "full" mbarrier (TMA bytes
@@ -17,7 +18,9 @@
 //                 Q 2 x 24 + 2 x (24 + 24) + 3 x 24 = 216 KB; the tail-row instance (192 x 128) + 36 KB of
 //                 merge slots = 212 KB
 //   head_dim 128: 128 x 176 tiles, 2 stages: Q 32 + 2 x (44 + 44) = 208 KB (masked too, for long
-//                 causal calls); short unmasked and masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB
+//                 causal calls); short unmasked and masked 128 x 128: Q 2 x 32 + 2 x (32 + 32) = 192 KB;
+//                 dense causal of 1025-4096 keys 192 x 128 (3 consumer warpgroups): Q 2 x 48 +
+//                 2 x (32 + 32) = 224 KB
 //   head_dim 256: 128 x  80 tiles (128 x 64 when masked), 2 stages: Q 64 + 2 x (40 + 40) = 224 KB
 //   fp8 d128: 192 x 128 tiles (3 consumer warpgroups), 3 stages of K, V and V^T: Q 2 x 24 + 3 x 48 = 192 KB
 //   fp8 d256: 128 x 128 tiles, 2 stages of K, V and V^T: Q 32 + 2 x 96 = 224 KB;
@@ -128,8 +131,9 @@ constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool long
   return masked ? 128 : kWideKeyTileD64;
 }
 
-// kWarpgroups_: consumer warpgroups; 0 takes consumer_warpgroups_for (the only other instance
-// is head_dim 64 masked with two, see kTwoWarpgroupMaxKeysD64).
+// kWarpgroups_: consumer warpgroups; 0 takes consumer_warpgroups_for (the other instances:
+// head_dim 64 masked with two, kTwoWarpgroupMaxKeysD64; head_dim 128 masked with three,
+// kThreeWarpgroupCausalMinKeysD128).
 // kVtOnly_ (FP8 only): the instance for calls whose V^T the pass of fp8_v_transpose.h made
 // (FwdArgs::vt_global): no V stages and no transposing warps, so the producer warpgroup runs on
 // 24 registers and, at head_dim 256, the consumers on 240, enough for O (128), S (64) and P (16)

@@ -39,7 +39,7 @@ bool fail(std::string* why, const std::string& what) {
 template <int D>
 int smem_bytes_max() {
   // the unmasked layouts for short and long calls (block_n_for: a, b, c), at head_dim 64 the
-  // tail-row one (its merge slots) and the masked instances' own (e, f, g)
+  // tail-row one (its merge slots) and the masked instances' own (e, f, g, h)
   const int a = FwdTraits<D, block_n_for(D, true)>::kSmemBytes, b = FwdTraits<D, block_n_for(D, false)>::kSmemBytes;
   const int c = FwdTraits<D, block_n_for(D, false, false, true)>::kSmemBytes;
   const int d = D == 64 ? FwdTraits<D, block_n_for(D, false), 2, 0, false, false, D == 64>::kSmemBytes : 0;
@@ -86,7 +86,8 @@ CUtensorMap tile_map(CUtensorMapDataType type, const StridedPtr& t, bool ragged,
 }
 
 // block_n: the call's K tile (tile_choice.h), which picks the unmasked instance of short or long
-// calls (the same one at head_dim 256) and head_dim 128's masked one. tail_rows:
+// calls (the same one at head_dim 256) and, with a.block_m (the tile's rows: its consumer
+// warpgroups), the masked one at head_dims 64 and 128. tail_rows:
 // TESSERA_CUDA_FORWARD_TAIL_ROWS (head_dim 64's tail-row launch where it applies; on by default).
 template <typename T, int D>
 void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, int num_sms, int block_n, bool tail_rows) {
@@ -160,8 +161,14 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
     }
     if constexpr (D == 128) {  // long causal calls (kShortCausalMaxKeysD128)
       constexpr int kLongMasked = block_n_for(128, true, false, true);
+      // (The three-warpgroup instance runs 128-key tiles only: 192 rows with 176 keys would take
+      // the 128-row instance on a grid counted in 192-row blocks and leave rows unwritten.)
+      if (a.block_m == 192 && block_n != block_n_for(128, true))
+        throw Error(ErrorCode::unsupported, "q",
+                    "sm90 forward: 192-row head_dim 128 tiles: expected 128-key K/V tiles, got " +
+                        std::to_string(block_n) + " (tile_choice.h)");
       if (block_n == kLongMasked) return launch_forward<T, 128, kLongMasked, true>(a, num_sms, p.stream);
-      // Short causal calls on three warpgroups (kThreeWarpgroupCausalD128)
+      // Short dense causal calls on three warpgroups (kThreeWarpgroupCausalMinKeysD128)
       if (a.block_m == 192) return launch_forward<T, 128, block_n_for(128, true), true, 3>(a, num_sms, p.stream);
     }
     return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
