@@ -89,6 +89,21 @@ inline void expect_written_within_rule(const AttentionCase& c) {
   expect_matches_oracle(c, c.forward_params());
 }
 
+// Each case run on fresh random inputs (outputs poisoned, inputs in NaN margins) and checked as
+// above, its inputs left as they were; label is added to each case's trace (e.g. the knob
+// setting it ran under).
+template <std::size_t N>
+inline void expect_cases_written_within_rule(const CaseSpec (&cases)[N], std::mt19937_64& rng,
+                                             const std::string& label = "") {
+  for (const CaseSpec& spec : cases) {
+    SCOPED_TRACE(spec.name() + label);
+    GpuCase g(spec, rng);
+    g.run();
+    g.expect_inputs_untouched();
+    expect_written_within_rule(g.host);
+  }
+}
+
 // Whether this process's forward calls run the sm90 kernels: a compute capability 9.0 device
 // and no TESSERA_CUDA_FORWARD=portable (the build's own sm90 kernels are checked by the caller).
 inline bool sm90_forward_runs() {

@@ -116,13 +116,7 @@ TEST(CudaForward, TailRowLaunchMatchesOracle) {
       dense(f16, 1, 384, 500, 2, 2, 64, opts(false)),                  // two whole blocks: no tail launch
   };
   auto rng = fresh_rng();
-  for (const CaseSpec& spec : cases) {
-    SCOPED_TRACE(spec.name());
-    GpuCase g(spec, rng);
-    g.run();
-    g.expect_inputs_untouched();
-    expect_written_within_rule(g.host);
-  }
+  expect_cases_written_within_rule(cases, rng);
   // The same call with and without the tail-row launch: both within the rule, and the tail rows'
   // bits differ (shares of 3 K/V tiles each merged, against one pass over all 8), the whole
   // blocks' rows do not (the same instance and tiles either way).
@@ -238,12 +232,7 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
   auto rng = fresh_rng();
   for (const char* knob : {"2", "3"}) {
     ScopedEnv warpgroups("TESSERA_CUDA_D64_WARPGROUPS", knob);
-    for (const CaseSpec& spec : cases) {
-      SCOPED_TRACE(spec.name() + " warpgroups " + knob);
-      GpuCase g(spec, rng);
-      g.run();
-      expect_written_within_rule(g.host);
-    }
+    expect_cases_written_within_rule(cases, rng, std::string(" warpgroups ") + knob);
   }
   expect_sm90_knob_refused("TESSERA_CUDA_D64_WARPGROUPS", "4", "expected 2, 3 or unset, got '4'");
 }
@@ -273,12 +262,7 @@ TEST(CudaForward, D64OwnDiagonalsMatchOracle) {
   };
   auto rng = fresh_rng();
   ScopedEnv warpgroups("TESSERA_CUDA_D64_WARPGROUPS", "3");
-  for (const CaseSpec& spec : cases) {
-    SCOPED_TRACE(spec.name());
-    GpuCase g(spec, rng);
-    g.run();
-    expect_written_within_rule(g.host);
-  }
+  expect_cases_written_within_rule(cases, rng);
 }
 
 // Masked head_dim 256 (two warpgroups, 128-row tiles of 64-key K/V tiles) takes own diagonals
@@ -298,12 +282,7 @@ TEST(CudaForward, D256OwnDiagonalsMatchOracle) {
       dense(bf16, 4, 1000, 1000, 8, 2, 256, opts(true, -1, -1, 5.0f)),  // 256 tiles, a soft cap
   };
   auto rng = fresh_rng();
-  for (const CaseSpec& spec : cases) {
-    SCOPED_TRACE(spec.name());
-    GpuCase g(spec, rng);
-    g.run();
-    expect_written_within_rule(g.host);
-  }
+  expect_cases_written_within_rule(cases, rng);
 }
 
 // Dense causal 16-bit head_dim 128 calls of 1025 to 4096 keys run on three warpgroups (192-row
@@ -321,12 +300,7 @@ TEST(CudaForward, D128ThreeWarpgroupCausalMatchesOracle) {
       dense(bf16, 4, 1100, 1100, 8, 2, 128, opts(true, -1, -1, 5.0f)),  // 192 tiles, a soft cap
   };
   auto rng = fresh_rng();
-  for (const CaseSpec& spec : cases) {
-    SCOPED_TRACE(spec.name());
-    GpuCase g(spec, rng);
-    g.run();
-    expect_written_within_rule(g.host);
-  }
+  expect_cases_written_within_rule(cases, rng);
 }
 
 // TESSERA_CUDA_FORWARD_KEY_TILE forces the short-key or the long-key tile on unmasked head_dim 64
@@ -372,13 +346,7 @@ TEST(CudaForward, ForwardKeyTileKnobMatchesOracle) {
     // shapes: with it, the one-key, one-row and no-key cases would run the tail instance alone.
     // TailRowLaunchMatchesOracle covers that launch.)
     ScopedEnv no_tail("TESSERA_CUDA_FORWARD_TAIL_ROWS", "0");
-    for (const CaseSpec& spec : cases) {
-      SCOPED_TRACE(spec.name() + " key tile " + knob);
-      GpuCase g(spec, rng);
-      g.run();
-      g.expect_inputs_untouched();
-      expect_written_within_rule(g.host);
-    }
+    expect_cases_written_within_rule(cases, rng, std::string(" key tile ") + knob);
     // The split tail forced on either tile (4 tiles in 3 parts; its workspace shows that it ran):
     // 2500 keys are 13.02 192-key tiles, 19.5 128-key ones; 300 keys are 2 192-key tiles, so one
     // part of each split tile is empty.
