@@ -99,6 +99,16 @@ void non_negative_strides(const Tensor& t, const char* name) {
            "stride " + std::to_string(t.stride[d]) + " at dim " + std::to_string(d));
 }
 
+namespace {
+// Orders n (<= kMaxRank) dimension indices by stride. An insertion sort: std::sort on so short
+// an array trips GCC 12's -Warray-bounds (its 16-element threshold) in every build log.
+void sort_dims_by_stride(const Tensor& t, int* dims, int n, bool ascending) {
+  const auto before = [&](int x, int y) { return ascending ? t.stride[x] < t.stride[y] : t.stride[x] > t.stride[y]; };
+  for (int i = 1; i < n; ++i)
+    for (int j = i; j > 0 && before(dims[j], dims[j - 1]); --j) std::swap(dims[j], dims[j - 1]);
+}
+}  // namespace
+
 void no_internal_overlap(const Tensor& t, const char* name) {
   int dims[kMaxRank];
   int n = 0;
@@ -106,7 +116,7 @@ void no_internal_overlap(const Tensor& t, const char* name) {
     if (t.shape[d] == 0) return;  // no elements
     if (t.shape[d] > 1) dims[n++] = d;
   }
-  std::sort(dims, dims + n, [&](int a, int b) { return t.stride[a] < t.stride[b]; });
+  sort_dims_by_stride(t, dims, n, /*ascending=*/true);
   std::int64_t span = 1;  // elements covered by the dimensions taken so far
   for (int i = 0; i < n; ++i) {
     const int d = dims[i];
@@ -180,7 +190,7 @@ void disjoint(const Tensor& t, const char* name, const Tensor& other, const char
     int n = 0;
     for (int d = 0; d < t.rank; ++d)
       if (t.shape[d] > 1) dims[n++] = d;
-    std::sort(dims, dims + n, [&](int x, int y) { return t.stride[x] > t.stride[y]; });
+    sort_dims_by_stride(t, dims, n, /*ascending=*/false);
     // Element x of t and y of other share a byte iff |x size - (y size + delta_bytes)| < size:
     // x - y is delta_bytes / size rounded down or up (the one value where it divides).
     const std::int64_t lo = delta_bytes >= 0 ? delta_bytes / size : -((-delta_bytes + size - 1) / size);

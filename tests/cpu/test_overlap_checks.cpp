@@ -78,7 +78,9 @@ TEST(OverlapChecks, InternalOverlapMatchesBruteForce) {
     const Tensor t = view(buffer, 0, DType::f16, rank, shape, stride);
     const bool dup = has_duplicate_elements(t);
     const bool refused = throws([&] { validate::no_internal_overlap(t, "out"); });
-    if (dup) ASSERT_TRUE(refused) << "a view with two elements at one address passed: trial " << trial;
+    if (dup) {
+      ASSERT_TRUE(refused) << "a view with two elements at one address passed: trial " << trial;
+    }
     if (refused) ++(dup ? refused_with_duplicates : refused_without);
   }
   EXPECT_GT(refused_with_duplicates, 1000);  // the draws reach both kinds

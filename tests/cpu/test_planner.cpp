@@ -494,7 +494,9 @@ TEST(Planner, WorkspaceOfTheNamedSizeHoldsTheNamedRows) {
       ASSERT_EQ(got.max_partial_rows, rows) << "hq " << hq << " hkv " << hkv << " d " << d << " bytes " << bytes;
       ASSERT_LE(got.total_bytes, bytes);
       // One byte less no longer holds them (below the default size plan() refuses instead).
-      if (rows > def) EXPECT_LT(plan::workspace_layout(cfg, bytes - 1).max_partial_rows, rows);
+      if (rows > def) {
+        EXPECT_LT(plan::workspace_layout(cfg, bytes - 1).max_partial_rows, rows);
+      }
     }
   }
 }
@@ -605,7 +607,9 @@ TEST(Planner, ShortRequestsAndTails) {
   // Tiles of more than 4 rows (x group 4 > 16 vectors: prefill-shaped) first, then the tails of
   // at most 4 rows (requests 1 and 4, and the 1-row or 4-row tails of 33, 36, 65, 97).
   for (const bool prefill : {true, false}) {
-    if (!prefill) EXPECT_EQ(i, p.summary.num_prefill_items);
+    if (!prefill) {
+      EXPECT_EQ(i, p.summary.num_prefill_items);
+    }
     for (std::size_t b = 0; b < q.size(); ++b)
       for (int q0 = 0; q0 < q[b]; q0 += 32) {
         const int q1 = std::min(q[b], q0 + 32);
