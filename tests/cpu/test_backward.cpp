@@ -106,6 +106,7 @@ TEST(Backward, MaskedRowsAndKeysGetZeroGradient) {
     AttentionCase c(dense(DType::bf16, 1, 2, 16, 1, 1, 64, opts(false, 1, 0)), rng);
     c.forward();
     c.backward();
+    for (const HostTensor* t : {&c.dq, &c.dk, &c.dv}) EXPECT_EQ(t->count_nan(), 0);
     const auto dk = c.dk_packed(), dv = c.dv_packed();
     for (int j = 0; j < 16; ++j) {
       double nk = 0, nv = 0;

@@ -377,6 +377,8 @@ TEST(BatchAttention, ReplanIntoTheSameWorkspace) {
   HostPageTable t_a = table_of({30}), t_b = table_of({30});
   ba.plan(std::vector<std::int32_t>{7}, std::vector<std::int32_t>{30}, facts, w);
   ba.run(q.view(), cache, t_a.view(), out_a.view(), lse_a.view(), w);
+  EXPECT_EQ(out_a.count_nan(), 0);  // the bytes compared below must have been written
+  EXPECT_EQ(lse_a.count_nan(), 0);
   // A different plan (decode rows, other split), then the first again: same bits as before.
   HostPageTable t_mid = table_of({9, 2});
   HostTensor q_mid(DType::f32, {2, 4, 32}), out_mid(DType::f32, {2, 4, 32}), lse_mid(DType::f32, {4, 2});
@@ -384,6 +386,7 @@ TEST(BatchAttention, ReplanIntoTheSameWorkspace) {
   ba.plan(std::vector<std::int32_t>{1, 1}, std::vector<std::int32_t>{9, 2}, facts, w);
   ba.run(q_mid.view(), cache, t_mid.view(), out_mid.view(), lse_mid.view(), w);
   EXPECT_EQ(out_mid.count_nan(), 0);
+  EXPECT_EQ(lse_mid.count_nan(), 0);
   ba.plan(std::vector<std::int32_t>{7}, std::vector<std::int32_t>{30}, facts, w);
   ba.run(q.view(), cache, t_b.view(), out_b.view(), lse_b.view(), w);
   EXPECT_EQ(out_a.bytes(), out_b.bytes());

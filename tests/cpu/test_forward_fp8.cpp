@@ -116,23 +116,28 @@ TEST(Fp8Forward, AbsentAndBroadcastDescales) {
   s.descale_q = s.descale_k = s.descale_v = false;
   AttentionCase c(s, rng);
   c.forward();
+  EXPECT_EQ(c.out.count_nan(), 0);
   const auto absent = c.out.bytes();
+  // Each call starts from poisoned outputs: otherwise a call that wrote nothing would leave the
+  // previous call's bytes and pass the comparison.
+  const auto run = [&](const Fp8Descale& d) {
+    c.out.poison();
+    c.lse.poison();
+    attention_forward_fp8(c.q.view(), c.k.view(), c.v.view(), d, c.out.view(), c.lse.view(), c.options());
+    EXPECT_EQ(c.out.count_nan(), 0);
+    EXPECT_EQ(c.lse.count_nan(), 0);
+    return c.out.bytes();
+  };
   float one = 1.0f;
   const Tensor ones(&one, DType::f32, {2, 2}, {0, 0});
-  attention_forward_fp8(c.q.view(), c.k.view(), c.v.view(), Fp8Descale{ones, ones, ones}, c.out.view(),
-                        c.lse.view(), c.options());
-  EXPECT_EQ(absent, c.out.bytes());
+  EXPECT_EQ(absent, run(Fp8Descale{ones, ones, ones}));
 
   float f = 0.03125f;
   const std::vector<float> full(4, f);
   const Tensor scalar(&f, DType::f32, {2, 2}, {0, 0});
   const Tensor dense_t(const_cast<float*>(full.data()), DType::f32, {2, 2});
-  attention_forward_fp8(c.q.view(), c.k.view(), c.v.view(), Fp8Descale{scalar, Tensor{}, dense_t}, c.out.view(),
-                        c.lse.view(), c.options());
-  const auto broadcast = c.out.bytes();
-  attention_forward_fp8(c.q.view(), c.k.view(), c.v.view(), Fp8Descale{dense_t, Tensor{}, scalar}, c.out.view(),
-                        c.lse.view(), c.options());
-  EXPECT_EQ(broadcast, c.out.bytes());
+  const auto broadcast = run(Fp8Descale{scalar, Tensor{}, dense_t});
+  EXPECT_EQ(broadcast, run(Fp8Descale{dense_t, Tensor{}, scalar}));
   EXPECT_NE(absent, broadcast);
 }
 
@@ -178,6 +183,8 @@ TEST(Fp8Forward, IndependentOfThreadCount) {
   one.num_threads = 1;
   many.num_threads = 3;
   c.forward(one);
+  EXPECT_EQ(c.out.count_nan(), 0);  // equal bytes prove nothing if neither run wrote them
+  EXPECT_EQ(c.lse.count_nan(), 0);
   const auto o1 = c.out.bytes(), l1 = c.lse.bytes();
   c.forward(many);
   EXPECT_EQ(o1, c.out.bytes());

@@ -244,6 +244,15 @@ TEST(LseMerge, MatchesDirectFormula) {
       }
     }
   }
+  // The loop's n == 2 trials (trial % 6 == 1) never have both states empty ((trial + i) % 4
+  // cannot be 0 for i = 0 and 1), so merge_two_lse's empty case is checked here.
+  float wa = 1.0f, wb = 1.0f;
+  EXPECT_EQ(math::merge_two_lse(-INFINITY, -INFINITY, &wa, &wb), -INFINITY);
+  EXPECT_EQ(wa, 0.0f);
+  EXPECT_EQ(wb, 0.0f);
+  EXPECT_EQ(math::merge_two_lse(-INFINITY, 2.5f, &wa, &wb), 2.5f);
+  EXPECT_EQ(wa, 0.0f);
+  EXPECT_EQ(wb, 1.0f);
 }
 
 // --- dtype conversions --------------------------------------------------------------------

@@ -138,7 +138,9 @@ TEST_P(PagedOps, AppendPrefillThenDecodeThenCopy) {
     if (HasFailure()) return;
 
     // copy_pages: copy-on-write of two written pages into free ones.
-    const auto& src_seq = pool.pages(seqs[3]);
+    // A copy: create_sequence() below may reallocate the pool's sequences and with them the
+    // vector pages() refers to.
+    const std::vector<std::int32_t> src_seq = pool.pages(seqs[3]);
     const int fresh = pool.create_sequence();
     pool.append_tokens(fresh, 2 * oc.page_size);
     const std::vector<std::int32_t> src{src_seq.front(), src_seq.back()};

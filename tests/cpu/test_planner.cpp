@@ -796,6 +796,9 @@ TEST(Planner, PlanTime) {
     const double us1 = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count() / reps;
     std::printf("plan() of 256 decode requests, MQA, one 1M-token (num_sms %d): %.2f us, %d items, %d splits\n", sms,
                 us1, b1.planned_work_items(), b1.planned_splits(0));
+    // The timed plan is the one the comment above names: on 132 SMs the 1M-token request is split
+    // (on 2 SMs the 256 items already fill the device and nothing is).
+    EXPECT_EQ(b1.planned_splits(0) > 1, sms == 132);
   }
 }
 

@@ -58,7 +58,7 @@ def attention_backward(q, k, v, dout, causal=False, window=(-1, -1), softcap=0.0
     vd = np.repeat(np.asarray(v, np.float64), group, axis=2)
     do = np.asarray(dout, np.float64)
     sm = np.where(ok, s, -np.inf)
-    m = sm.max(axis=-1, keepdims=True)
+    m = sm.max(axis=-1, keepdims=True) if sm.shape[-1] else np.full(sm.shape[:-1] + (1,), -np.inf)
     m = np.where(np.isfinite(m), m, 0.0)
     p = np.where(ok, np.exp(sm - m), 0.0)
     l_ = p.sum(axis=-1, keepdims=True)

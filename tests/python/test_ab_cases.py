@@ -117,7 +117,8 @@ def test_one_tree_times_its_cases(tmp_path):
     rows = r.stdout.strip().splitlines()
     assert rows[0] == "| case | A ms | A spread |", rows[0]
     assert rows[1] == "|---|---|---|", rows[1]
-    assert rows[2].startswith("| --ms 1 | ") and rows[3].startswith("| --ms 2 | "), rows
+    assert rows[2] == "| --ms 1 | 1.000 / 1.000 | 0.000 |", rows
+    assert rows[3] == "| --ms 2 | 2.000 / 2.000 | 0.000 |", rows
 
 
 def test_bad_arguments(tmp_path):

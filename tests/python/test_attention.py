@@ -42,6 +42,7 @@ def test_forward_matches_reference(case, dtype):
     np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=tol(dtype), rtol=tol(dtype))
     finite = np.isfinite(ref_lse)
     np.testing.assert_array_equal(np.isfinite(lse), finite)
+    assert np.all(np.isneginf(lse[~finite]))  # fully masked rows: -inf, not NaN or +inf
     np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-4)
     assert not np.isnan(out.astype(np.float32)).any()
     # Without return_lse a single array comes back.
@@ -114,7 +115,9 @@ def test_ragged_matches_reference(causal):
     (2, 16, 16, 4, 4, 32, False, (-1, -1), 0.0, None),
     (2, 13, 21, 4, 2, 64, True, (-1, -1), 0.0, None),
     (1, 24, 24, 6, 2, 32, True, (6, -1), 8.0, 0.2),
-], ids=["plain", "causal_gqa", "window_softcap"])
+    (1, 20, 9, 4, 2, 32, True, (-1, -1), 0.0, None),     # seq_q > seq_k: rows 0..10 see no key, dq = 0
+    (2, 5, 30, 4, 1, 32, True, (3, -1), 0.0, None),      # keys 0..21 seen by no row: dk = dv = 0
+], ids=["plain", "causal_gqa", "window_softcap", "masked_rows", "unseen_keys"])
 def test_backward_matches_reference(case):
     b, sq, sk, hq, hkv, d, causal, window, softcap, scale = case
     q, k, v, dout = rand(b, sq, hq, d), rand(b, sk, hkv, d), rand(b, sk, hkv, d), rand(b, sq, hq, d)
@@ -136,7 +139,7 @@ def test_backward_matches_reference(case):
 
 
 def test_ragged_backward_matches_reference():
-    seqs_q, seqs_k = [3, 11, 6], [7, 11, 20]
+    seqs_q, seqs_k = [3, 11, 0, 6, 4], [7, 11, 5, 20, 0]  # an empty query and an empty key sequence
     q, k, v, cu_q, cu_k = ragged_case(seqs_q, seqs_k)
     dout = rand(*q.shape)
     out, lse = tessera.attention_ragged(q, k, v, cu_q, cu_k, causal=True, return_lse=True)

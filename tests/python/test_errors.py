@@ -25,8 +25,9 @@ def test_shape_mismatch_is_value_error_naming_argument():
 
 def test_gqa_heads_not_divisible():
     q, k, v = arrays(hq=5, hkv=2)
-    with pytest.raises(ValueError, match="heads_kv"):
+    with pytest.raises(ValueError, match="heads_kv: expected a divisor of heads_q = 5") as e:
         tessera.attention(q, k, v)
+    assert e.value.argument == "heads_kv"
 
 
 def test_dtype_problems_are_type_errors():

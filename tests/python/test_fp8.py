@@ -34,7 +34,8 @@ def check(out, lse, ref_out, ref_lse):
     assert np.abs(got - ref_out).max() <= bound
     finite = np.isfinite(ref_lse)
     assert np.array_equal(np.isfinite(lse), finite)
-    assert np.abs(np.asarray(lse, np.float64)[finite] - ref_lse[finite]).max() <= 1e-4
+    assert np.all(np.isneginf(np.asarray(lse)[~finite]))  # fully masked rows: -inf, not NaN or +inf
+    assert np.abs(np.asarray(lse, np.float64)[finite] - ref_lse[finite]).max(initial=0.0) <= 1e-4
 
 
 @pytest.mark.parametrize("causal,window,softcap,hq,hkv,d", [
@@ -68,17 +69,18 @@ def test_absent_descales_mean_one():
 
 def test_ragged_matches_per_sequence_oracle():
     rng = np.random.default_rng(5)
-    q_lens, k_lens, hq, hkv, d = [5, 0, 17], [9, 4, 17], 4, 2, 128
+    # an empty query sequence, rows that see no key (causal, seq_q > seq_k) and an empty key sequence
+    q_lens, k_lens, hq, hkv, d = [5, 0, 17, 12, 3], [9, 4, 17, 7, 0], 4, 2, 128
     q = rng.standard_normal((sum(q_lens), hq, d), dtype=np.float32).astype(E4M3)
     k = rng.standard_normal((sum(k_lens), hkv, d), dtype=np.float32).astype(E4M3)
     v = rng.standard_normal((sum(k_lens), hkv, d), dtype=np.float32).astype(E4M3)
-    dq = rng.uniform(0.5, 2.0, size=(3, hkv)).astype(np.float32)
-    dk = rng.uniform(0.5, 2.0, size=(3, hkv)).astype(np.float32)
-    dv = rng.uniform(0.5, 2.0, size=(3, hkv)).astype(np.float32)
+    dq = rng.uniform(0.5, 2.0, size=(len(q_lens), hkv)).astype(np.float32)
+    dk = rng.uniform(0.5, 2.0, size=(len(q_lens), hkv)).astype(np.float32)
+    dv = rng.uniform(0.5, 2.0, size=(len(q_lens), hkv)).astype(np.float32)
     cu_q, cu_k = np.cumsum([0] + q_lens).tolist(), np.cumsum([0] + k_lens).tolist()
     out, lse = tessera.attention_ragged_fp8(q, k, v, cu_q, cu_k, dq, dk, dv, causal=True, return_lse=True)
     group = hq // hkv
-    for b in range(3):
+    for b in range(len(q_lens)):
         qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
         qb = q[qs].astype(np.float64)[None] * np.repeat(dq[b], group)[None, None, :, None]
         kb = k[ks].astype(np.float64)[None] * dk[b][None, None, :, None]
@@ -89,14 +91,18 @@ def test_ragged_matches_per_sequence_oracle():
 
 def test_wrong_dtype_points_to_the_fp8_contract():
     q = np.zeros((1, 4, 1, 64), dtype=np.float16)
-    with pytest.raises(tessera.Error, match="fp8"):
+    with pytest.raises(tessera.DTypeError, match="attention_forward_fp8: q: expected dtype fp8_e4m3") as e:
         tessera.attention_fp8(q, q, q)
+    assert e.value.argument == "q"
 
 
 def test_bad_descale_shape_is_named():
     q = np.zeros((2, 4, 2, 64), dtype=np.float32).astype(E4M3)
-    with pytest.raises(tessera.Error, match="descale"):
-        tessera.attention_fp8(q, q, q, descale_q=np.ones((3, 2), np.float32))
+    for which in "qkv":  # each descale named as itself
+        with pytest.raises(tessera.InvalidArgumentError,
+                           match=rf"descale\.{which}: expected fp32 of shape \(batch=2, heads_kv=2\)") as e:
+            tessera.attention_fp8(q, q, q, **{f"descale_{which}": np.ones((3, 2), np.float32)})
+        assert e.value.argument == f"descale.{which}"
 
 
 def test_torch_float8_cpu():

@@ -26,5 +26,6 @@ def test_a_case_is_required(tmp_path):
 
 def test_missing_tree_is_refused(tmp_path):
     r = run(str(tmp_path / "out"), str(tmp_path / "no-such-tree"), "cudnn", "--d 64")
-    assert r.returncode != 0
+    assert r.returncode == 2, (r.returncode, r.stderr)  # not 1, as for "ncu not found" further on
+    assert "no-such-tree" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()

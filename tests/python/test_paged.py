@@ -50,10 +50,10 @@ def test_page_pool_lifecycle():
     c = pool.create_sequence()
     pool.append_tokens(c, 5)
     np.testing.assert_array_equal(pool.pages(c), [0, 1])
-    with pytest.raises(MemoryError, match="pool"):  # out_of_memory, nothing changed
+    with pytest.raises(MemoryError, match="pool: expected 25 free pages for 100 tokens"):  # nothing changed
         pool.append_tokens(c, 100)
     assert pool.length(c) == 5 and pool.free_pages == 5
-    with pytest.raises(ValueError, match="seq"):
+    with pytest.raises(ValueError, match="seq: expected a live sequence id of this pool, got 12345"):
         pool.length(12345)
 
 
@@ -161,20 +161,48 @@ def test_batch_attention_mixed_batch(layout, split, causal):
     np.testing.assert_allclose(out2, out[:4], atol=1e-5, rtol=1e-5)
 
 
+def test_batch_attention_empty_and_fully_masked_requests():
+    # An empty query, queries that see no key (causal, q_len > kv_len) and a request with no cached
+    # key: their rows must come out as O = 0, LSE = -inf.
+    heads_q, heads_kv, d, ps = 4, 2, 32, 4
+    pool, seqs, cache, table, full_k, full_v = fill_cache("NHD", page_size=ps, heads_kv=heads_kv, head_dim=d,
+                                                          lens=(7, 2, 3))
+    seqs.append(pool.create_sequence())  # kv_len 0
+    full_k.append(np.zeros((0, heads_kv, d), np.float32))
+    full_v.append(np.zeros((0, heads_kv, d), np.float32))
+    table = pool.page_table(seqs)
+    q_lens = [3, 0, 6, 2]
+    q = rand(sum(q_lens), heads_q, d)
+    ba = tessera.BatchAttention(heads_q, heads_kv, d, dtype="fp32", page_size=ps, causal=True, return_lse=True)
+    ba.plan(q_lens, table.kv_lens())
+    out, lse = ba.run(q, cache, table)
+    row = 0
+    for b, ql in enumerate(q_lens):
+        ref, ref_lse = naive.attention(q[None, row:row + ql], full_k[b][None], full_v[b][None], True)
+        np.testing.assert_allclose(out[row:row + ql], ref[0], atol=2e-5, rtol=2e-5)
+        np.testing.assert_allclose(lse[:, row:row + ql], ref_lse[0], atol=1e-4, rtol=1e-4)  # -inf only as -inf
+        row += ql
+    assert np.all(out[3:6] == 0) and np.all(np.isneginf(lse[:, 3:6]))  # rows 0..2 of request 2 see no key
+    assert np.all(out[9:] == 0) and np.all(np.isneginf(lse[:, 9:]))
+
+
 def test_batch_attention_errors():
     ba = tessera.BatchAttention(4, 2, 32, dtype="fp32", page_size=4, max_requests=2, max_q_tokens=16)
     q = rand(3, 4, 32)
     pool, seqs, cache, table, _, _ = fill_cache("NHD", lens=(3,))
-    with pytest.raises(ValueError, match="plan"):
+    with pytest.raises(ValueError, match=r"workspace: expected plan\(\) to have been called before run\(\)"):
         ba.run(q, cache, table)  # no plan yet
     ba.plan([3], table.kv_lens())
-    with pytest.raises(tessera.PlanMismatchError, match="q"):
+    with pytest.raises(tessera.PlanMismatchError, match="run: q: expected size 3 at dim 0") as e:
         ba.run(rand(5, 4, 32), cache, table)  # 5 query rows, 3 planned
-    with pytest.raises(ValueError, match="max_requests"):
+    assert e.value.argument == "q"
+    with pytest.raises(ValueError, match="q_lens: expected at most config.max_requests = 2 requests, got 3"):
         ba.plan([1, 1, 1], [1, 1, 1])
-    with pytest.raises(tessera.WorkspaceTooSmallError) as e:
+    with pytest.raises(tessera.WorkspaceTooSmallError,
+                       match=r"workspace: expected at least \d+ bytes .*, got 1 bytes") as e:
         ba.plan([3], table.kv_lens(), workspace=np.empty(1, np.uint8))
     assert e.value.code == "workspace_too_small" and isinstance(e.value, ValueError)
+    assert e.value.argument == "workspace"
     with pytest.raises(TypeError, match="dtype"):
         tessera.BatchAttention(4, 2, 32, dtype="float64")
     with pytest.raises(ValueError, match="split"):

@@ -203,7 +203,12 @@ double max_abs(const std::vector<double>& v) {
 }
 
 double tolerance(const std::vector<double>& naive, const std::vector<double>& oracle, DType dtype) {
-  return 2.0 * max_abs_error(naive, oracle) + rounding_floor(dtype, max_abs(oracle));
+  // A baseline with a NaN (or a size or infinity mismatch) has error +inf, which would make the
+  // bound +inf and EXPECT_LE(err, bound) pass whatever the kernel wrote, +inf included.
+  const double naive_error = max_abs_error(naive, oracle);
+  if (!std::isfinite(naive_error))
+    throw std::logic_error("tolerance: the naive baseline's error against the oracle is not finite");
+  return 2.0 * naive_error + rounding_floor(dtype, max_abs(oracle));
 }
 
 // ---------------------------------------------------------------------------------------------

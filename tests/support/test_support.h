@@ -118,10 +118,11 @@ struct ErrorStats {
 ErrorStats error_stats(const std::vector<double>& a, const std::vector<double>& ref);
 
 // Rounding floor of the tolerance rule for outputs of magnitude `scale` in `dtype`:
-// 2 * epsilon(dtype) * max(1, scale).
+// n * epsilon(dtype) * max(1, scale), n = 16 for fp32 and 2 otherwise (docs/TESTING.md).
 double rounding_floor(DType dtype, double scale);
 double max_abs(const std::vector<double>& v);
 // The whole rule's bound: 2 * max|naive - oracle| + rounding_floor(dtype, max|oracle|).
+// Throws std::logic_error when the naive error is not finite (the bound would be +inf).
 double tolerance(const std::vector<double>& naive, const std::vector<double>& oracle, DType dtype);
 
 // Reads a (b, r, h, d)-addressed output into the oracle's packed order.
