@@ -65,6 +65,27 @@ def sdpa_reference(q, k, v, causal=False, window=(-1, -1), scale=None):
     return out.transpose(1, 2)
 
 
+def lse_reference(q, k, causal=False, window=(-1, -1), scale=None):
+    """Log-sum-exp of the masked scores in float64, (batch, heads_q, seq_q); -inf for rows that see
+    no key."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    qq = q.double().transpose(1, 2)
+    kk = k.double().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    s = (qq @ kk.transpose(-1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(d))
+    i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=q.device)[None, :]
+    left, right = window
+    if causal:
+        right = 0
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        mask &= j >= i - left
+    if right >= 0:
+        mask &= j <= i + right
+    return torch.logsumexp(s.masked_fill(~mask, -math.inf), dim=-1)
+
+
 def make(shape, device, dtype, requires_grad=False, seed=0):
     g = torch.Generator(device="cpu").manual_seed(seed)
     t = torch.randn(shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
@@ -92,6 +113,8 @@ def test_forward_vs_sdpa_math_fp64(device, case):
         assert lse.shape == (b, hq, sq) and lse.dtype == torch.float32 and lse.device == q.device
         ref = sdpa_reference(q, k, v, causal, window, scale)
         torch.testing.assert_close(out.double(), ref, atol=tol(dtype), rtol=tol(dtype))
+        # The LSE's values too (fp32 from the same inputs: 1e-4), -inf exactly where a row sees no key.
+        torch.testing.assert_close(lse.double(), lse_reference(q, k, causal, window, scale), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -139,7 +162,8 @@ def test_second_backward_through_gradients_is_an_error(device):
     dtype = dtypes_for(device)[0]
     q, k, v = (make((2, 33, 4, 64), device, dtype, True, seed=s) for s in (11, 12, 13))
     out = tessera.attention(q, k, v, causal=True)
-    with pytest.raises(RuntimeError):  # at the first backward or the second, never silently
+    # At the first backward or the second, never silently; and for that reason, not another error.
+    with pytest.raises(RuntimeError, match=r"backward through tessera\.attention_bwd"):
         (dq,) = torch.autograd.grad(out.float().sum(), (q,), create_graph=True)
         (dq.float().square().sum() + out.float().sum()).backward()
 
