@@ -144,8 +144,9 @@ struct Problem {
     const bool nhd = s.layout == KVLayout::NHD;
     const std::vector<std::int64_t> shape = nhd ? std::vector<std::int64_t>{total_pages, ps, s.heads_kv, s.head_dim}
                                                 : std::vector<std::int64_t>{total_pages, s.heads_kv, ps, s.head_dim};
-    ck = HostTensor(s.dtype, shape, 8);  // padded head rows: reads past head_dim land on NaN
-    cv = HostTensor(s.dtype, shape);
+    // Padded head rows in both caches: a K or V read past head_dim lands on NaN.
+    ck = HostTensor(s.dtype, shape, 8);
+    cv = HostTensor(s.dtype, shape, 8);
     const Tensor ckv = ck.view(), cvv = cv.view(), kv = k.view(), vv = v.view();
     const auto elem = static_cast<std::int64_t>(dtype_size(s.dtype));
     const auto row_bytes = static_cast<std::size_t>(elem * s.head_dim);

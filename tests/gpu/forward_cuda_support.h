@@ -120,7 +120,12 @@ inline void expect_graph_replays_match_the_eager_call(const CaseSpec& spec) {
   auto rng = fresh_rng();
   GpuCase g(spec, rng);
   g.run();
+  // The eager call writes every element (the replays are compared with its bytes: an unwritten
+  // LSE would compare equal to an unwritten replay's).
   EXPECT_EQ(g.host.out.count_nan(), 0);
+  EXPECT_EQ(g.host.lse.count_nan(), 0);
+  EXPECT_TRUE(g.host.out.margins_intact());
+  EXPECT_TRUE(g.host.lse.margins_intact());
   const auto o_eager = g.host.out.bytes(), l_eager = g.host.lse.bytes();
   CapturedGraph graph([&](void* stream) {
     ExecutionContext ctx;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/build_params.h"
@@ -47,7 +48,8 @@ struct GpuBwdCase {
     }
   }
 
-  // O and LSE from the CUDA forward (downloaded too, so host and device agree).
+  // O and LSE from the CUDA forward (downloaded too, so host and device agree), fully written:
+  // the backward reads them as inputs.
   void forward() {
     out.poison(host.out);
     lse.poison(host.lse);
@@ -59,6 +61,8 @@ struct GpuBwdCase {
     TESSERA_TEST_CUDA(cudaDeviceSynchronize());
     out.download(host.out);
     lse.download(host.lse);
+    EXPECT_EQ(host.out.count_nan(), 0) << "the forward left O unwritten";
+    EXPECT_EQ(host.lse.count_nan(), 0) << "the forward left the LSE unwritten";
   }
 
   void backward(bool deterministic, void* stream = nullptr) {
@@ -228,6 +232,7 @@ TEST(CudaBackward, WorkspaceComesFromThePoolThatKeepsItsMemory) {
   std::uint64_t reserved = 0;
   reset_pool_high_water(pool);
   g.backward(false);  // synchronises
+  g.expect_fully_written();
   g.expect_matches_oracle();
   const std::uint64_t high = pool_high_water(pool);
   TESSERA_TEST_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
@@ -419,6 +424,8 @@ TEST(CudaBackward, UnsupportedLayoutsAreRefused) {
   // poisoned; the refusal comes before they are read).
   GpuBwdCase g(dense(DType::bf16, 1, 17, 17, 2, 1, 64, opts(false), 3), rng);
   g.dq.poison(g.host.dq);
+  g.dk.poison(g.host.dk);
+  g.dv.poison(g.host.dv);
   try {
     attention_backward(g.q.view(), g.k.view(), g.v.view(), g.out.view(), g.dout.view(), g.lse.view(), g.dq.view(),
                        g.dk.view(), g.dv.view(), g.host.options());
@@ -426,9 +433,12 @@ TEST(CudaBackward, UnsupportedLayoutsAreRefused) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
   }
-  HostTensor copy = g.host.dq;
-  g.dq.download(copy);
-  EXPECT_EQ(copy.count_nan(), copy.numel());
+  for (auto [d, h] : {std::pair{&g.dq, &g.host.dq}, {&g.dk, &g.host.dk}, {&g.dv, &g.host.dv}}) {
+    HostTensor copy = *h;
+    d->download(copy);
+    EXPECT_EQ(copy.count_nan(), copy.numel());  // nothing written: the poison stays
+    EXPECT_TRUE(copy.margins_intact());
+  }
 }
 
 }  // namespace

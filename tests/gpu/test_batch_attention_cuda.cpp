@@ -193,6 +193,7 @@ TEST(BatchCuda, RequestResultsDoNotDependOnTheBatch) {
         if (s.q_lens[static_cast<std::size_t>(r)] == 0) continue;
         const Problem one(whole, r, rng);
         const Outputs alone = run_cuda(one, ctx, max_requests, max_q);
+        expect_written(alone, s.name() + " request " + std::to_string(r) + " alone");
         const std::int64_t rows = s.q_lens[static_cast<std::size_t>(r)], first = whole.cu_q[static_cast<std::size_t>(r)];
         const std::int64_t per_row = static_cast<std::int64_t>(hq) * d;
         int diff_o = 0, diff_l = 0;

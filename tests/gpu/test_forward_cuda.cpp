@@ -204,7 +204,9 @@ TEST(CudaForward, WithoutLseWritesNoLse) {
   GpuCase g(dense(DType::bf16, 1, 130, 70, 2, 1, 128, opts(true)), rng);
   g.run(opts(true), /*with_lse=*/false);
   EXPECT_EQ(g.host.out.count_nan(), 0);
+  EXPECT_TRUE(g.host.out.margins_intact());
   EXPECT_EQ(g.host.lse.count_nan(), g.host.lse.numel());  // untouched poison
+  EXPECT_TRUE(g.host.lse.margins_intact());
   const auto p = g.host.forward_params();
   const auto oracle = cpu::reference::forward(p);
   const auto naive = naive_same_precision_forward(p);
@@ -245,6 +247,9 @@ TEST(CudaForward, RepeatableAndStreamOrdered) {
   auto rng = fresh_rng();
   GpuCase g(dense(DType::f16, 2, 257, 300, 4, 2, 64, opts(true, 100, -1)), rng);
   g.run();
+  // The first call's outputs are fully written and right, so that equal bytes below mean the
+  // second call wrote them too (two unwritten, poisoned buffers would compare equal).
+  expect_written_within_rule(g.host);
   const auto o1 = g.host.out.bytes(), l1 = g.host.lse.bytes();
   cudaStream_t stream = nullptr;
   TESSERA_TEST_CUDA(cudaStreamCreate(&stream));
@@ -265,6 +270,8 @@ TEST(CudaForward, EmptyRowsAreZeroWithMinusInfLse) {
     g.run();
     EXPECT_EQ(g.host.out.count_nan(), 0);
     EXPECT_EQ(g.host.lse.count_nan(), 0);
+    EXPECT_TRUE(g.host.out.margins_intact());
+    EXPECT_TRUE(g.host.lse.margins_intact());
     // seq_q > seq_k causal: rows i < seq_q - seq_k see nothing.
     const int empty_rows = s.seq_q - s.seq_k;
     for (int h = 0; h < s.heads_q; ++h)
@@ -298,6 +305,7 @@ TEST(CudaForward, RampedScoresMatchOracle) {
       EXPECT_EQ(g.host.out.count_nan(), 0);
       EXPECT_EQ(g.host.lse.count_nan(), 0);
       EXPECT_TRUE(g.host.out.margins_intact());
+      EXPECT_TRUE(g.host.lse.margins_intact());
       expect_matches_oracle(g.host, g.host.forward_params());
     }
 }
@@ -330,7 +338,7 @@ TEST(CudaForward, RaggedSequenceIgnoresItsNeighboursQueries) {
         diff_l += lse0[static_cast<std::size_t>(h * total + t)] != lse1[static_cast<std::size_t>(h * total + t)];
     EXPECT_EQ(diff_o, 0) << "sequence 0's output moved with sequence 1's queries";
     EXPECT_EQ(diff_l, 0) << "sequence 0's LSE moved with sequence 1's queries";
-    expect_matches_oracle(g.host, g.host.forward_params());
+    expect_written_within_rule(g.host);
   }
 }
 
@@ -377,10 +385,13 @@ void expect_unsupported(const CaseSpec& spec, const std::string& needle) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("supported on CUDA"), std::string::npos) << e.what();
   }
-  HostTensor out = g.host.out;
+  HostTensor out = g.host.out, lse = g.host.lse;
   g.out.download(out);
+  g.lse.download(lse);
   EXPECT_EQ(out.count_nan(), out.numel());
   EXPECT_TRUE(out.margins_intact());
+  EXPECT_EQ(lse.count_nan(), lse.numel());
+  EXPECT_TRUE(lse.margins_intact());
 }
 
 TEST(CudaForward, UnsupportedFp32) { expect_unsupported(dense(DType::f32, 1, 17, 17, 1, 1, 64, opts(false)), "fp32"); }

@@ -31,15 +31,20 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // TMA load of one 64 x 32 box (uint16) with 128-byte swizzle, completing on an mbarrier; the
 // raw shared-memory bytes are copied out and checked against the documented placement, with
-// zeros for the part of the box outside the tensor.
+// zeros for the part of the box outside the tensor. The tile is poisoned first (kTilePoison,
+// no source value and not zero), so that an element the copy left alone shows, zero-fill
+// included (shared memory is not cleared between launches and may well hold zeros).
 
 constexpr int kH = 96, kW = 192;  // the source tensor: 96 rows of 192 uint16
 __host__ __device__ constexpr std::uint16_t src_value(int r, int c) { return static_cast<std::uint16_t>(r * kW + c + 1); }
+constexpr std::uint16_t kTilePoison = 0xDEAD;  // > every src_value (at most 96 x 192 = 18432)
 
 __global__ void tma_load_kernel(const __grid_constant__ CUtensorMap map, int c0, int c1, std::uint16_t* out) {
   __shared__ alignas(8) std::uint64_t bar;
   auto* tile = reinterpret_cast<std::uint16_t*>(smem_1024());
   const std::uint32_t b = sm90::smem_u32(&bar);
+  for (int i = threadIdx.x; i < 64 * 32; i += blockDim.x) tile[i] = kTilePoison;
+  sm90::fence_proxy_async_shared_cta();  // the poison is ordered before the copy engine's writes
   if (threadIdx.x == 0) {
     sm90::prefetch_tensor_map(&map);
     sm90::mbarrier_init(b, 1);

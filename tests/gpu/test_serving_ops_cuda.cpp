@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "gpu/gpu_support.h"
@@ -58,6 +60,9 @@ TEST(ServingOpsCuda, MergeStatesMatchesExactMerge) {
     merge_reference(o, lse, n, tokens, heads, d, &ref, &ref_lse);
     EXPECT_EQ(out.count_nan(), 0);
     EXPECT_TRUE(out.margins_intact());
+    // The LSE too: a NaN would drop out of the std::max below, so an unwritten LSE must fail here.
+    EXPECT_EQ(out_lse.count_nan(), 0);
+    EXPECT_TRUE(out_lse.margins_intact());
     double err = 0, lse_err = 0;
     for (std::size_t i = 0; i < ref.size(); ++i) err = std::max(err, std::fabs(out.get(i) - ref[i]));
     for (std::size_t i = 0; i < ref_lse.size(); ++i) {
@@ -78,6 +83,8 @@ TEST(ServingOpsCuda, MergeStatesMatchesExactMerge) {
 struct PagedFixture {
   int page_size, heads = 4, d = 64, num_pages;
   KVLayout layout;
+  // Three sequences with existing tokens, one new; each then appends a few tokens.
+  std::vector<int> before{0, 7, 300, 1}, added{5, 1, 33, 0};
   HostTensor k, v;  // the cache
   HostPageTable table;
   std::vector<std::int32_t> append_indptr{0};
@@ -85,8 +92,6 @@ struct PagedFixture {
 
   PagedFixture(int page_size_, KVLayout layout_, DType dt, std::mt19937_64& rng)
       : page_size(page_size_), layout(layout_) {
-    // Three sequences with existing tokens, one new; each then appends a few tokens.
-    const std::vector<int> before{0, 7, 300, 1}, added{5, 1, 33, 0};
     num_pages = 0;
     for (std::size_t i = 0; i < before.size(); ++i) num_pages += (before[i] + added[i] + page_size - 1) / page_size;
     num_pages += 3;  // spare pages stay poisoned
@@ -115,6 +120,40 @@ struct PagedFixture {
   }
 };
 
+// The bytes of row (page, slot, head) of a cache tensor of either layout.
+unsigned char* cache_row(const HostTensor& t, KVLayout layout, std::int64_t page, std::int64_t slot, std::int64_t h) {
+  const std::vector<std::int64_t>& st = t.strides();
+  const std::int64_t off = page * st[0] + (layout == KVLayout::NHD ? slot * st[1] + h * st[2] : h * st[1] + slot * st[2]);
+  return static_cast<unsigned char*>(t.base()) + off * static_cast<std::int64_t>(dtype_size(t.dtype()));
+}
+
+// The exact host model of append_paged_kv, independent of the library's CPU backend: appended
+// row j of sequence b (packed row append_indptr[b] + j of `rows`) lands at position
+// before[b] + j, in page kv_indices[kv_indptr[b] + pos / page_size], slot pos % page_size.
+void model_append(const PagedFixture& f, const HostTensor& rows, HostTensor& cache) {
+  const std::size_t row_bytes = static_cast<std::size_t>(f.d) * dtype_size(rows.dtype());
+  for (std::size_t b = 0; b < f.before.size(); ++b)
+    for (int j = 0; j < f.added[b]; ++j) {
+      const std::int64_t pos = f.before[b] + j, i = f.append_indptr[b] + j;
+      const std::int64_t page = f.table.kv_indices[static_cast<std::size_t>(f.table.kv_indptr[b] + pos / f.page_size)];
+      for (int h = 0; h < f.heads; ++h) {
+        const auto* src = static_cast<const unsigned char*>(rows.base()) +
+                          (i * rows.strides()[0] + h * rows.strides()[1]) * static_cast<std::int64_t>(dtype_size(rows.dtype()));
+        std::memcpy(cache_row(cache, f.layout, page, pos % f.page_size, h), src, row_bytes);
+      }
+    }
+}
+
+// The exact host model of copy_pages: every row of page src[i] onto page dst[i].
+void model_copy(const PagedFixture& f, const std::vector<std::int32_t>& src, const std::vector<std::int32_t>& dst,
+                HostTensor& cache) {
+  const std::size_t row_bytes = static_cast<std::size_t>(f.d) * dtype_size(cache.dtype());
+  for (std::size_t i = 0; i < src.size(); ++i)
+    for (int t = 0; t < f.page_size; ++t)
+      for (int h = 0; h < f.heads; ++h)
+        std::memcpy(cache_row(cache, f.layout, dst[i], t, h), cache_row(cache, f.layout, src[i], t, h), row_bytes);
+}
+
 TEST(ServingOpsCuda, AppendAndCopyPagesBitIdenticalToCpu) {
   auto rng = fresh_rng();
   // Every element width the kernels have (1, 2 and 4 bytes), page sizes 1 to 256.
@@ -124,6 +163,11 @@ TEST(ServingOpsCuda, AppendAndCopyPagesBitIdenticalToCpu) {
         SCOPED_TRACE(std::to_string(page_size) + " " + kv_layout_name(layout) + " " + dtype_name(dt));
         PagedFixture f(page_size, layout, dt, rng);
         HostTensor cpu_k = f.k, cpu_v = f.v;  // identical poisoned caches
+        // The host model's caches: poisoned, then the appended rows (39 tokens x 4 heads).
+        HostTensor want_k = f.k, want_v = f.v;
+        model_append(f, f.new_k, want_k);
+        model_append(f, f.new_v, want_v);
+        ASSERT_FALSE(want_k.bytes() == f.k.bytes()) << "the model appended nothing";
         HostTensor indptr = int_tensor(f.table.kv_indptr), indices = int_tensor(f.table.kv_indices),
                    last = int_tensor(f.table.kv_last_page_len), app = int_tensor(f.append_indptr);
 
@@ -139,6 +183,10 @@ TEST(ServingOpsCuda, AppendAndCopyPagesBitIdenticalToCpu) {
         append_paged_kv(gpu_cache, gpu_table, dapp.view(), dnk.view(), dnv.view());
         dk.download(f.k);
         dv.download(f.v);
+        // Against the host model (the two backends agreeing is not enough: neither writing
+        // anything would leave two equal poisoned caches).
+        EXPECT_TRUE(f.k.bytes() == want_k.bytes()) << "append: K differs from the host model";
+        EXPECT_TRUE(f.v.bytes() == want_v.bytes()) << "append: V differs from the host model";
         EXPECT_EQ(f.k.bytes(), cpu_k.bytes());
         EXPECT_EQ(f.v.bytes(), cpu_v.bytes());
 
@@ -151,6 +199,10 @@ TEST(ServingOpsCuda, AppendAndCopyPagesBitIdenticalToCpu) {
         copy_pages(gpu_cache, ds.view(), dd.view());
         dk.download(f.k);
         dv.download(f.v);
+        model_copy(f, src, dst, want_k);
+        model_copy(f, src, dst, want_v);
+        EXPECT_TRUE(f.k.bytes() == want_k.bytes()) << "copy_pages: K differs from the host model";
+        EXPECT_TRUE(f.v.bytes() == want_v.bytes()) << "copy_pages: V differs from the host model";
         EXPECT_EQ(f.k.bytes(), cpu_k.bytes());
         EXPECT_EQ(f.v.bytes(), cpu_v.bytes());
       }

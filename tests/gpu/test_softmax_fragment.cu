@@ -197,6 +197,7 @@ TEST(SoftmaxFragment, RowsThatDoNotVoteDoNotMoveTheRescales) {
   const WarpResult steep_out = run_tiles<true>(kTiles, 7.0f, 1.5f, 12, true);
   const WarpResult mild_out = run_tiles<true>(kTiles, 7.0f, 1.5f, 12, false);
   EXPECT_EQ(all_vote.rescales, kTiles);
+  EXPECT_GE(steep_out.rescales, 0);  // no skipped rescale with alpha != 1 (flagged < 0)
   EXPECT_EQ(steep_out.rescales, mild_out.rescales);
   EXPECT_LT(steep_out.rescales, kTiles);
   expect_exact_rows(all_vote, kTiles, true);
@@ -222,6 +223,9 @@ TEST(SoftmaxFragment, FirstTileFormMatchesTheGeneralFormBitForBit) {
       EXPECT_EQ(first.lse2[r], general.lse2[r]) << "row " << r << ", votes from row " << c.votes_from_row;
       EXPECT_EQ(first.o[r], general.o[r]) << "row " << r << ", votes from row " << c.votes_from_row;
     }
+    // Neither run flagged a skipped rescale with alpha != 1 (count < 0), which both could share.
+    EXPECT_GE(general.rescales, 0);
+    EXPECT_GE(first.rescales, 0);
     EXPECT_EQ(first.rescales, general.rescales - 1);
     EXPECT_EQ(first.max_weight, general.max_weight);
   }
@@ -257,6 +261,8 @@ TEST(SoftmaxFragment, FirstTileFormMatchesTheGeneralFormWithMaskedFirstTiles) {
         EXPECT_EQ(first.lse2[r], general.lse2[r]) << "row " << r << ", votes from row " << c.votes_from_row;
         EXPECT_EQ(first.o[r], general.o[r]) << "row " << r << ", votes from row " << c.votes_from_row;
       }
+      EXPECT_GE(general.rescales, 0);  // no skipped rescale with alpha != 1 (flagged < 0) in either
+      EXPECT_GE(first.rescales, 0);
       EXPECT_EQ(first.rescales, general.rescales - (c.tile0_rescales ? 1 : 0));
       EXPECT_EQ(first.max_weight, general.max_weight);
     }
