@@ -42,6 +42,21 @@ def tol(dtype):
     return {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
 
 
+def visible(sq, sk, causal, window, device):
+    """(seq_q, seq_k) bool: which keys each query sees, bottom-right aligned as tessera's masks."""
+    i = torch.arange(sq, device=device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    left, right = window
+    if causal:
+        right = 0
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if left >= 0:
+        mask &= j >= i - left
+    if right >= 0:
+        mask &= j <= i + right
+    return mask
+
+
 def sdpa_reference(q, k, v, causal=False, window=(-1, -1), scale=None):
     """SDPA math backend in float64 with tessera's layout and bottom-right masks."""
     b, sq, hq, d = q.shape
@@ -50,16 +65,7 @@ def sdpa_reference(q, k, v, causal=False, window=(-1, -1), scale=None):
     qq = q.double().transpose(1, 2)
     kk = k.double().repeat_interleave(g, dim=2).transpose(1, 2)
     vv = v.double().repeat_interleave(g, dim=2).transpose(1, 2)
-    i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
-    j = torch.arange(sk, device=q.device)[None, :]
-    left, right = window
-    if causal:
-        right = 0
-    mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    if left >= 0:
-        mask &= j >= i - left
-    if right >= 0:
-        mask &= j <= i + right
+    mask = visible(sq, sk, causal, window, q.device)
     with sdpa_kernel(SDPBackend.MATH):
         out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=scale)
     return out.transpose(1, 2)
@@ -73,16 +79,7 @@ def lse_reference(q, k, causal=False, window=(-1, -1), scale=None):
     qq = q.double().transpose(1, 2)
     kk = k.double().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
     s = (qq @ kk.transpose(-1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(d))
-    i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
-    j = torch.arange(sk, device=q.device)[None, :]
-    left, right = window
-    if causal:
-        right = 0
-    mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    if left >= 0:
-        mask &= j >= i - left
-    if right >= 0:
-        mask &= j <= i + right
+    mask = visible(sq, sk, causal, window, q.device)
     return torch.logsumexp(s.masked_fill(~mask, -math.inf), dim=-1)
 
 
