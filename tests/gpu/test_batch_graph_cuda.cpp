@@ -234,6 +234,18 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
                {&pe, pages_a + pages_b + pages_c, &oe, "graph c replaying e (prefill only)"}});
   TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
   TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
+
+  // Likewise a graph captured with a prefill-only plan (an eager run of it leaves out the decode
+  // kernel, and the merge when no row is split; a captured one keeps both) replays a mixed and
+  // a decode-only plan correctly.
+  plan(pe);
+  load(pe, pages_a + pages_b + pages_c);
+  capture_and_launch(pe);
+  expect_close(result(pe), oe, "graph e");
+  replay_each({{&pb, pages_a, &ob, "graph e replaying b (mixed)"},
+               {&pc, pages_a + pages_b, &oc, "graph e replaying c (decode only)"}});
+  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
+  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
 #include "cuda/common/device_scope.h"
+#include "cuda/common/stream_capture.h"
 #include "dispatch/path_override.h"
 #if defined(TESSERA_HAS_SM90_KERNELS)
 #include "cuda/sm90/batch/batch_prefill_sm90.h"
@@ -69,9 +70,13 @@ int smem_bytes_for(int head_dim) {
   }
 }
 
+// leave_out_idle: this run is eager (not captured) and may leave out a kernel whose kind of
+// item its plan has none of (p.prefill_items or p.decode_items 0).
 template <typename T, int D>
 void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] dispatch::BatchPath path,
-                      [[maybe_unused]] int decode_sms_knob, bool decode_claims) {
+                      [[maybe_unused]] int decode_sms_knob, bool decode_claims, bool leave_out_idle) {
+  const bool no_prefill_items = leave_out_idle && p.prefill_items == 0;
+  const bool no_decode_items = leave_out_idle && p.decode_items == 0;
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
   // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
   // plan() wrote: when that many rows x group fit the decode shape, every item is decode-shaped
@@ -141,7 +146,8 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
     const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
     if ((coresident || split) && p.prefill_items == 0 && a.group <= batch::kDecodeMaxRows) {
       launch_decode_only(a);
-      sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/coresident);
+      // Kept while capturing: a replay after a plan() with prefill items runs them here.
+      if (!no_prefill_items) sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/coresident);
       return;
     }
     int decode_sms = 0;
@@ -153,7 +159,7 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
                                                                   static_cast<long long>(p.prefill_items) * a.row_blocks);
     }
     sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
-    if (a.group <= batch::kDecodeMaxRows) {
+    if (a.group <= batch::kDecodeMaxRows && !no_decode_items) {
       batch::LaunchOptions options;
       batch::BatchArgs d = a;
       if (coresident || split) {
@@ -173,8 +179,8 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
     launch_decode_only(a);
   } else if constexpr (D == 256) {
     // One CTA per SM at this head dim: nothing to share, so the two shapes keep two launches.
-    if (a.group <= batch::kDecodeMaxRows) launch_decode_only(a);
-    batch::launch_attention<T, D, batch::kPrefillOnly>(a, max_units, num_sms, p.stream);
+    if (a.group <= batch::kDecodeMaxRows && !no_decode_items) launch_decode_only(a);
+    if (!no_prefill_items) batch::launch_attention<T, D, batch::kPrefillOnly>(a, max_units, num_sms, p.stream);
   } else {
     batch::launch_attention<T, D, batch::kFused>(a, max_units, num_sms, p.stream);
   }
@@ -182,11 +188,11 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 
 template <typename T>
 void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, dispatch::BatchPath path,
-                         int decode_sms_knob, bool decode_claims) {
+                         int decode_sms_knob, bool decode_claims, bool leave_out_idle) {
   switch (p.head_dim) {
-    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob, decode_claims);
-    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob, decode_claims);
-    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob, decode_claims);
+    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
+    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
+    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -310,15 +316,24 @@ void batch_attention_run(const BatchRunParams& p) {
   DeviceScope scope(p.device.index);
   const bool traced = batch::trace_begin(a, p.stream);  // false unless built with TESSERA_BATCH_TRACE
   const int num_sms = multiprocessor_count(p.device.index);
+  // An eager run leaves out the launches its plan gives no work (a decode-only plan's prefill
+  // kernel, a prefill-only plan's decode kernel, the merge of a plan without split rows): each
+  // is a launch and a grid that finds nothing to do, a few microseconds beside a 40-100 us
+  // decode step. A run being captured keeps every launch, so that its graph runs any later
+  // plan() into the same workspace. What is computed does not change: a left-out kernel would
+  // have written nothing (decode claims leave the counter at 0, and nothing else is reset).
+  const bool idle_kernel = p.prefill_items == 0 || p.decode_items == 0 || p.merge_rows == 0;
+  const bool leave_out_idle = idle_kernel && !stream_may_be_capturing(static_cast<cudaStream_t>(p.stream));
   if (p.dtype == DType::bf16)
-    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob, decode_claims);
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
   else if (p.dtype == DType::f16)
-    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob, decode_claims);
+    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
-  batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, p.merge_rows, p.merge_fan_in,
-                      num_sms, compute_major(p.device.index) >= 9, p.stream);
+  if (!(leave_out_idle && p.merge_rows == 0))
+    batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, p.merge_rows, p.merge_fan_in,
+                        num_sms, compute_major(p.device.index) >= 9, p.stream);
   if (traced) batch::trace_end(a, p.stream);
 }
 
