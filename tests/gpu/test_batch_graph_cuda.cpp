@@ -236,8 +236,9 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
   TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
 
   // Likewise a graph captured with a prefill-only plan (an eager run of it leaves out the decode
-  // kernel, and the merge when no row is split; a captured one keeps both) replays a mixed and
-  // a decode-only plan correctly.
+  // kernel; a captured one keeps it) replays a mixed and a decode-only plan correctly. (Graph a
+  // above covers the merge: a's plan splits no row, so an eager run of it leaves the merge out,
+  // and its replays of b, whose long requests split, need it.)
   plan(pe);
   load(pe, pages_a + pages_b + pages_c);
   capture_and_launch(pe);

@@ -122,9 +122,9 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // Under sm90-coresident a plan without prefill-shaped items (host summary, p.prefill_items)
   // runs its decode units on the plain decode-only launch, the grid of the default path (as
   // many CTAs as fit: 2 per SM at head_dim 128), not on the co-resident grid sized to share
-  // SMs with prefill CTAs that are not there; the slim prefill kernel follows it (it finds no
-  // unit and exits) so that a graph captured around this run still runs the prefill units of a
-  // later plan with some. Decode rows keep their bits: both launches run the same decode-only
+  // SMs with prefill CTAs that are not there; while capturing, the slim prefill kernel follows
+  // it (it finds no unit and exits) so that the graph still runs the prefill units of a later
+  // plan with some (an eager run leaves it out). Decode rows keep their bits: both launches run the same decode-only
   // instance, and a unit's result depends only on its work item (plan), not on which CTA runs
   // it or when. Prefill rows stay on the slim kernel whatever the batch holds (its 64-key tiles
   // round differently from the fat kernel's 128-key tiles, and a request's output must not
@@ -150,15 +150,16 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
       if (!no_prefill_items) sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/coresident);
       return;
     }
-    int decode_sms = 0;
-    if (split && a.group <= batch::kDecodeMaxRows) {
+    int decode_sms = 0;  // none held back for a decode launch that is left out
+    if (split && a.group <= batch::kDecodeMaxRows && !no_decode_items) {
       const double flops = 4.0 * a.group * D * static_cast<double>(std::max<std::int64_t>(p.prefill_row_keys, 0));
       const double bytes = 2.0 * D * sizeof(T) * static_cast<double>(std::max<std::int64_t>(p.decode_keys, 0));  // K + V
       decode_sms = decode_sms_knob >= 0 ? std::min(decode_sms_knob, num_sms - 1)
                                         : batch::split_decode_sms(flops, bytes, num_sms,
                                                                   static_cast<long long>(p.prefill_items) * a.row_blocks);
     }
-    sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
+    // (TESSERA_CUDA_BATCH=sm90, the sequential order, reaches here with a decode-only plan too.)
+    if (!no_prefill_items) sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
     if (a.group <= batch::kDecodeMaxRows && !no_decode_items) {
       batch::LaunchOptions options;
       batch::BatchArgs d = a;
