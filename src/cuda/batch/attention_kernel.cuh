@@ -656,6 +656,12 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   constexpr int kThreads = Dec::kThreads;
   extern __shared__ __align__(128) unsigned char smem_raw[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A run's first kernel, launched as the programmatic dependent of the stream's kernel before
+  // it (the last run's merge or attention kernel, whose rows and partials this grid rewrites):
+  // wait for that grid before any global access (BatchArgs::wait_first).
+  if constexpr (kKind == kDecodeOnly) {
+    if (a.wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
   // Lets the merge kernel (a programmatic dependent) launch now; it waits for this grid's
   // completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");

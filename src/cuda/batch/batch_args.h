@@ -65,6 +65,12 @@ struct BatchArgs {
   // traced run's timestamps, null otherwise. Present in every build so that the struct is the
   // same in every translation unit.
   unsigned long long* trace = nullptr;
+
+  // Decode-only instance launched as a run's first kernel and as the programmatic dependent of
+  // the stream's kernel before it (TESSERA_CUDA_BATCH_PDL, launch.cu): every thread waits for
+  // that grid (griddepcontrol.wait) before touching memory. Off beside the sm90 prefill, where
+  // the grid must overlap that kernel (it waits at its end instead).
+  bool wait_first = false;
 };
 
 // Packed query vectors at or below which an item runs on the decode-shaped kernel (the plan's

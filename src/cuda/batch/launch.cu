@@ -72,9 +72,12 @@ int smem_bytes_for(int head_dim) {
 
 // leave_out_idle: this run is eager (not captured) and may leave out a kernel whose kind of
 // item its plan has none of (p.prefill_items or p.decode_items 0).
+// pdl: the decode-only instance, always a run's first kernel where it is launched alone
+// (launch_decode_only), goes out as the programmatic dependent of the stream's kernel before it
+// (TESSERA_CUDA_BATCH_PDL) and waits for that grid first (BatchArgs::wait_first).
 template <typename T, int D>
 void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] dispatch::BatchPath path,
-                      [[maybe_unused]] int decode_sms_knob, bool decode_claims, bool leave_out_idle) {
+                      [[maybe_unused]] int decode_sms_knob, bool decode_claims, bool leave_out_idle, bool pdl) {
   const bool no_prefill_items = leave_out_idle && p.prefill_items == 0;
   const bool no_decode_items = leave_out_idle && p.decode_items == 0;
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
@@ -86,15 +89,19 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // captured graphs stay valid across plans.
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
-  // The decode-only instance on the whole device: the static walk (CTA x runs items x, x + grid,
-  // ...), or with TESSERA_CUDA_BATCH_DECODE_CLAIMS=1 (a measurement knob) CTAs taking items by
-  // claims as the SM split's decode side does (attention_kernel.cuh, claim_decode_units; a plain
-  // launch, whose closing griddepcontrol.wait returns at once). Decode rows keep their bits.
+  // The decode-only instance on the whole device, the run's first kernel: the static walk (CTA
+  // x runs items x, x + grid, ...), or with TESSERA_CUDA_BATCH_DECODE_CLAIMS=1 (a measurement
+  // knob) CTAs taking items by claims as the SM split's decode side does (attention_kernel.cuh,
+  // claim_decode_units). The programmatic dependent of the stream's kernel before it unless
+  // TESSERA_CUDA_BATCH_PDL=0: its CTAs wait for that grid at their start (wait_first), so the
+  // launch, not the work, overlaps the end of the last run; its closing griddepcontrol.wait
+  // then returns at once. Decode rows keep their bits.
   auto launch_decode_only = [&](const batch::BatchArgs& args) {
-    if (!decode_claims) return batch::launch_attention<T, D, batch::kDecodeOnly>(args, max_units, num_sms, p.stream);
     batch::BatchArgs d = args;
-    d.decode_claim = const_cast<std::uint32_t*>(&args.header->decode_claim);
-    batch::launch_attention<T, D, batch::kDecodeOnly>(d, max_units, num_sms, p.stream, batch::LaunchOptions{});
+    d.wait_first = pdl;
+    if (decode_claims) d.decode_claim = const_cast<std::uint32_t*>(&args.header->decode_claim);
+    batch::launch_attention<T, D, batch::kDecodeOnly>(d, max_units, num_sms, p.stream,
+                                                      batch::LaunchOptions{/*ctas_per_sm=*/0, /*programmatic=*/pdl});
   };
 #if defined(TESSERA_HAS_SM90_KERNELS)
   // On compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off) the prefill-shaped units run
@@ -189,11 +196,11 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 
 template <typename T>
 void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, dispatch::BatchPath path,
-                         int decode_sms_knob, bool decode_claims, bool leave_out_idle) {
+                         int decode_sms_knob, bool decode_claims, bool leave_out_idle, bool pdl) {
   switch (p.head_dim) {
-    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
-    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
-    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
+    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
+    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
+    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -314,6 +321,7 @@ void batch_attention_run(const BatchRunParams& p) {
   const dispatch::BatchPath path = dispatch::batch_path_override();
   const int decode_sms_knob = dispatch::batch_decode_sms_override();  // likewise: a bad value fails every run
   const bool decode_claims = dispatch::batch_decode_claims_override();
+  const bool pdl = dispatch::batch_pdl_override();
   DeviceScope scope(p.device.index);
   const bool traced = batch::trace_begin(a, p.stream);  // false unless built with TESSERA_BATCH_TRACE
   const int num_sms = multiprocessor_count(p.device.index);
@@ -326,9 +334,9 @@ void batch_attention_run(const BatchRunParams& p) {
   const bool idle_kernel = p.prefill_items == 0 || p.decode_items == 0 || p.merge_rows == 0;
   const bool leave_out_idle = idle_kernel && !stream_may_be_capturing(static_cast<cudaStream_t>(p.stream));
   if (p.dtype == DType::bf16)
-    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
   else if (p.dtype == DType::f16)
-    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle);
+    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
