@@ -79,10 +79,12 @@ inline int parse_batch_decode_sms(const char* value) {
   return static_cast<int>(v);
 }
 
-// TESSERA_CUDA_BATCH_PDL (a measurement knob): unset, empty or "1": a run whose first kernel is
-// the decode-only instance launches it as the programmatic dependent of the stream's kernel
-// before it (it waits for that grid before touching memory: the launch, not the work, overlaps
-// the previous grid's end); "0": a plain launch. Anything else throws, naming the variable.
+// TESSERA_CUDA_BATCH_PDL (a measurement knob): unset, empty or "1": where a run opens with the
+// decode-only instance launched alone (src/cuda/batch/launch.cu, launch_decode_only: decode-only
+// plans on the default and co-resident paths, decode-only layouts, head_dim 256), it goes out as
+// the programmatic dependent of the stream's kernel before it (it waits for that grid before
+// touching memory: the launch, not the work, overlaps the previous grid's end); "0": a plain
+// launch. Anything else throws, naming the variable.
 inline bool parse_batch_pdl(const char* value) {
   if (value == nullptr || *value == '\0' || std::strcmp(value, "1") == 0) return true;
   if (std::strcmp(value, "0") == 0) return false;

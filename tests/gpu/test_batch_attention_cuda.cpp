@@ -461,10 +461,11 @@ TEST(BatchCuda, PlansRunAheadOfTheStream) {
 // it (TESSERA_CUDA_BATCH_PDL, on by default; the last run's merge or decode kernel) and waits for
 // it before touching memory. Three runs of one plan chained on one stream, each taking the one
 // before's output as its queries, the last writing the first's output again, all sharing the
-// workspace's partial rows (a run's decode kernel rewrites the partials the last run's merge
-// reads), enqueued back to back: the bits of the same runs with a synchronisation after each,
-// every output written. With split rows (a merge after each decode kernel) and without (eager
-// runs leave the merge out: decode kernel after decode kernel); knob at 1 and 0.
+// workspace's partial rows, enqueued back to back: the bits of the same runs with a
+// synchronisation after each, every output written. Without split rows (eager runs leave the
+// merge out: decode kernel after decode kernel, whose CTAs trigger at their start, so the next
+// grid can start early: the half that catches a missing wait) and with them (a merge after each
+// decode kernel; it never triggers early); knob at 1 and 0.
 TEST(BatchCuda, ChainedRunsSeeEachOthersOutputs) {
   auto rng = fresh_rng();
   Spec split = spec(DType::bf16, 32, 8, 128, 16, KVLayout::NHD, opts(true), kAuto);
@@ -480,6 +481,8 @@ TEST(BatchCuda, ChainedRunsSeeEachOthersOutputs) {
     for (const Spec* sp : {&split, &direct}) {
       SCOPED_TRACE(sp->name() + " TESSERA_CUDA_BATCH_PDL=" + knob);
       const Problem p(*sp, rng);
+      // The two halves as named: split rows (a merge after each decode kernel) or none.
+      ASSERT_EQ(merge_shape(p).rows > 0, sp == &split);
       const BatchConfig c = p.config();
       const DeviceFacts facts = cuda_facts();
       DeviceBytes ws(workspace_bytes(p));

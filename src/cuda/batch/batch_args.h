@@ -84,7 +84,9 @@ inline constexpr int kDecodeMaxRows = plan::kDecodeMaxVectors;
 //                 code is sm_90 code (else a plain launch: the kernel then lacks the
 //                 griddepcontrol.wait that makes it complete only after that kernel). Used for
 //                 the decode-only instance after the sm90 prefill kernel by the SM split (the
-//                 default, docs/perf/mixed_batch.md "SM split") and by sm90-coresident.
+//                 default, docs/perf/mixed_batch.md "SM split") and by sm90-coresident, and for
+//                 the decode-only instance opening a run (launch.cu, launch_decode_only, with
+//                 BatchArgs::wait_first: it then waits at its start).
 struct LaunchOptions {
   int ctas_per_sm = 0;
   bool programmatic = false;

@@ -127,7 +127,7 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // Where the decode instance is not sm_90 code it is launched plainly (sequential, correct).
   //
   // Under sm90-coresident a plan without prefill-shaped items (host summary, p.prefill_items)
-  // runs its decode units on the plain decode-only launch, the grid of the default path (as
+  // runs its decode units on the decode-only launch that opens a run, the grid of the default path (as
   // many CTAs as fit: 2 per SM at head_dim 128), not on the co-resident grid sized to share
   // SMs with prefill CTAs that are not there; while capturing, the slim prefill kernel follows
   // it (it finds no unit and exits) so that the graph still runs the prefill units of a later
