@@ -4,7 +4,12 @@
 // the host: from per-request (q_len, kv_len) and the device's facts it builds the work list
 // (query tiles, KV split points, merge index) and stores it in a caller-provided workspace.
 // run() allocates nothing and does no host synchronisation, so on CUDA it can be captured in a
-// graph and replayed after a new plan() into the same workspace. Besides the plan it uses the
+// graph and replayed after a new plan() into the same workspace (a run being captured enqueues
+// every kernel any plan may need; an eager run leaves out those its plan gives no work, such as
+// the merge when no request is split; so the last kernel of an eager run may be an attention
+// kernel that lets programmatic dependents start early: a caller's kernel launched as one must
+// wait for its primary grid (griddepcontrol.wait) before reading out or lse, as PDL requires).
+// Besides the plan it uses the
 // workspace as scratch (split rows' partial results; on CUDA a work counter it leaves at 0), so
 // one run() per workspace may be in flight at a time: runs on one stream, or graph replays on
 // one stream, are fine; runs of one workspace on two streams at once are not.
@@ -79,7 +84,9 @@ class BatchAttention {
   // ctx.stream, in stream order (after the run() calls enqueued before it), from pinned host
   // buffers that the BatchAttention keeps (three, used in turn): plan() waits only when the
   // copy of the plan three calls back has not run yet, i.e. when the host is that far ahead of
-  // the stream. The first calls allocate them (cudaHostAlloc).
+  // the stream. The first calls allocate them (cudaHostAlloc). A plan() that throws before it
+  // starts copying keeps the last plan; one whose copy fails leaves none (run() throws
+  // plan_mismatch until the next plan()).
   void plan(std::span<const std::int32_t> q_lens, std::span<const std::int32_t> kv_lens,
             const DeviceFacts& facts, const Workspace& workspace, const ExecutionContext& ctx = {});
 

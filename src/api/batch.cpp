@@ -255,6 +255,9 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
     const auto* src = static_cast<const unsigned char*>(host);
     auto* dst = static_cast<unsigned char*>(workspace.data);
     const plan::PlanRanges ranges = plan::used_ranges(layout, summary);
+    // From here the device workspace may hold part of this plan: a failed copy leaves the
+    // object unplanned (run() refuses) rather than planned with the last plan's summary.
+    if (err == cudaSuccess) s.planned = false;
     for (int i = 0; i < ranges.count && err == cudaSuccess; ++i) {
       const plan::ByteRange& r = ranges.range[i];
       err = cudaMemcpyAsync(dst + r.begin, src + r.begin, r.end - r.begin, cudaMemcpyHostToDevice, stream);

@@ -15,7 +15,7 @@
 //                           launched as its programmatic dependent so that one decode CTA shares
 //                           each SM with a prefill CTA; elsewhere the same as sm90)
 //   Measurement and test knobs, each described at its parser below: TESSERA_CUDA_BATCH_DECODE_SMS,
-//   TESSERA_CUDA_BATCH_DECODE_CLAIMS, TESSERA_CUDA_BACKWARD_TAIL_PIECES,
+//   TESSERA_CUDA_BATCH_DECODE_CLAIMS, TESSERA_CUDA_BATCH_PDL, TESSERA_CUDA_BACKWARD_TAIL_PIECES,
 //   TESSERA_CUDA_FORWARD_SPLIT_TAIL, TESSERA_CUDA_FP8_V_TRANSPOSE, TESSERA_CUDA_D64_WARPGROUPS.
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
@@ -77,6 +77,19 @@ inline int parse_batch_decode_sms(const char* value) {
                 std::string("TESSERA_CUDA_BATCH_DECODE_SMS: expected a whole number of SMs in [0, 4096] or unset, got '") +
                     value + "'");
   return static_cast<int>(v);
+}
+
+// TESSERA_CUDA_BATCH_PDL (a measurement knob): unset, empty or "1": where a run opens with the
+// decode-only instance launched alone (src/cuda/batch/launch.cu, launch_decode_only: decode-only
+// plans on the default and co-resident paths, decode-only layouts, head_dim 256), it goes out as
+// the programmatic dependent of the stream's kernel before it (it waits for that grid before
+// touching memory: the launch, not the work, overlaps the previous grid's end); "0": a plain
+// launch. Anything else throws, naming the variable.
+inline bool parse_batch_pdl(const char* value) {
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "1") == 0) return true;
+  if (std::strcmp(value, "0") == 0) return false;
+  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_BATCH_PDL",
+              std::string("TESSERA_CUDA_BATCH_PDL: expected 0, 1 or unset, got '") + value + "'");
 }
 
 // TESSERA_CUDA_BATCH_DECODE_CLAIMS (a measurement knob): 1 runs batches of decode-shaped items
@@ -218,6 +231,7 @@ inline ForwardKeyTile forward_key_tile_override() {
   return parse_forward_key_tile(std::getenv("TESSERA_CUDA_FORWARD_KEY_TILE"));
 }
 inline bool forward_tail_rows_override() { return parse_forward_tail_rows(std::getenv("TESSERA_CUDA_FORWARD_TAIL_ROWS")); }
+inline bool batch_pdl_override() { return parse_batch_pdl(std::getenv("TESSERA_CUDA_BATCH_PDL")); }
 inline bool batch_decode_claims_override() {
   return parse_batch_decode_claims(std::getenv("TESSERA_CUDA_BATCH_DECODE_CLAIMS"));
 }

@@ -20,14 +20,18 @@ struct BatchRunParams {
   int head_dim = 0;
   std::int64_t total_q = 0;
   // Of the current plan (host summary): split query rows and their mean partials per row
-  // (rounded up); a hint for the merge launch's shape only, never for what it computes.
-  int merge_rows = 0;
+  // (rounded up); a hint for the merge launch's shape, and an eager run leaves the merge out
+  // when merge_rows is 0, so it must be the plan's in the workspace (it is: run() takes it from
+  // the summary of the last plan(), and a failed plan() leaves none). -1: unknown (the merge runs).
+  int merge_rows = -1;
   int merge_fan_in = 0;
   // Of the current plan (host summary): prefill-shaped and decode-shaped work items. A hint for
   // the launch shape only (TESSERA_CUDA_BATCH=sm90-coresident runs a batch without prefill
-  // items on the plain decode grid), never for what is computed: every launch sequence the
-  // backend picks from these runs any plan of the layout correctly, so a graph captured with
-  // one plan stays correct after a new plan() into the same workspace. -1: unknown.
+  // items on the plain decode grid; an eager run, not being captured, leaves out a kernel whose
+  // kind of item the plan has none of, so a 0 must be the workspace plan's, as merge_rows),
+  // never for what is computed: every launch sequence the backend picks from these while
+  // capturing runs any plan of the layout correctly, so a graph captured with one plan stays
+  // correct after a new plan() into the same workspace. -1: unknown.
   int prefill_items = -1;
   int decode_items = -1;
   // The same plan's work (plan::PlanSummary): prefill items' query rows x keys and decode

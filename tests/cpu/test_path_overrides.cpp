@@ -161,6 +161,12 @@ TEST(PathOverrides, AcceptedValuesMapAndOthersAreRefused) {
               std::string::npos)
         << e.what();
   }
+  // A decode-only run's first launch as a programmatic dependent: on (unset, "1") or off ("0").
+  EXPECT_TRUE(dispatch::parse_batch_pdl(nullptr));
+  EXPECT_TRUE(dispatch::parse_batch_pdl(""));
+  EXPECT_TRUE(dispatch::parse_batch_pdl("1"));
+  EXPECT_FALSE(dispatch::parse_batch_pdl("0"));
+  expect_rejected("TESSERA_CUDA_BATCH_PDL", dispatch::parse_batch_pdl, {"2", "on", "off", " 0", "1 ", "00", "-1"});
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);

@@ -457,5 +457,88 @@ TEST(BatchCuda, PlansRunAheadOfTheStream) {
   }
 }
 
+// A decode-only run's first kernel is the programmatic dependent of the stream's kernel before
+// it (TESSERA_CUDA_BATCH_PDL, on by default; the last run's merge or decode kernel) and waits for
+// it before touching memory. Three runs of one plan chained on one stream, each taking the one
+// before's output as its queries, the last writing the first's output again, all sharing the
+// workspace's partial rows, enqueued back to back: the bits of the same runs with a
+// synchronisation after each, every output written. Without split rows (eager runs leave the
+// merge out: decode kernel after decode kernel, whose CTAs trigger at their start, so the next
+// grid can start early: the half that catches a missing wait) and with them (a merge after each
+// decode kernel; it never triggers early); knob at 1 and 0.
+TEST(BatchCuda, ChainedRunsSeeEachOthersOutputs) {
+  auto rng = fresh_rng();
+  Spec split = spec(DType::bf16, 32, 8, 128, 16, KVLayout::NHD, opts(true), kAuto);
+  split.q_lens = {1, 1, 1, 1};
+  split.kv_lens = {30000, 17, 700, 4097};
+  Spec direct = spec(DType::f16, 8, 2, 128, 16, KVLayout::HND, opts(true), kOff);
+  direct.q_lens = {1, 1, 1};
+  direct.kv_lens = {40, 1000, 64};
+  Stream stream;
+  const ExecutionContext ctx{stream.s, 0};
+  for (const char* knob : {"1", "0"}) {
+    ScopedEnv pdl("TESSERA_CUDA_BATCH_PDL", knob);
+    for (const Spec* sp : {&split, &direct}) {
+      SCOPED_TRACE(sp->name() + " TESSERA_CUDA_BATCH_PDL=" + knob);
+      const Problem p(*sp, rng);
+      // The two halves as named: split rows (a merge after each decode kernel) or none.
+      ASSERT_EQ(merge_shape(p).rows > 0, sp == &split);
+      const BatchConfig c = p.config();
+      const DeviceFacts facts = cuda_facts();
+      DeviceBytes ws(workspace_bytes(p));
+      const Workspace w{ws.data, ws.bytes, Device::cuda(0)};
+      BatchAttention ba(c);
+      const std::vector<std::int32_t> ql(sp->q_lens.begin(), sp->q_lens.end()), kl(sp->kv_lens.begin(), sp->kv_lens.end());
+      ba.plan(ql, kl, facts, w, ctx);
+      Outputs a, b;
+      for (Outputs* o : {&a, &b}) {
+        o->out = HostTensor(sp->dtype, {p.cu_q.back(), sp->heads_q, sp->head_dim}, sp->row_pad);
+        o->lse = HostTensor(DType::f32, {sp->heads_q, p.cu_q.back()});
+      }
+      DeviceTensor dq(p.q), dck(p.ck), dcv(p.cv), da(a.out), db(b.out), dlse(a.lse);
+      HostTensor indptr = int_tensor(p.table.kv_indptr), indices = int_tensor(p.table.kv_indices),
+                 last = int_tensor(p.table.kv_last_page_len);
+      DeviceTensor dindptr(indptr), dindices(indices), dlast(last);
+      const PagedKVCache cache{dck.view(), dcv.view(), sp->layout};
+      const PageTable table{dindptr.view(), dindices.view(), dlast.view()};
+      // q -> a -> b -> a, the first time with a synchronisation after each run.
+      auto chain = [&](bool synchronise) {
+        da.poison(a.out);
+        db.poison(b.out);
+        dlse.poison(a.lse);
+        TESSERA_TEST_CUDA(cudaDeviceSynchronize());  // the poisons are pageable copies on the legacy stream
+        ba.run(dq.view(), cache, table, da.view(), dlse.view(), w, ctx);
+        if (synchronise) TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+        ba.run(da.view(), cache, table, db.view(), dlse.view(), w, ctx);
+        if (synchronise) TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+        ba.run(db.view(), cache, table, da.view(), dlse.view(), w, ctx);
+        TESSERA_TEST_CUDA(cudaStreamSynchronize(stream.s));
+        da.download(a.out);
+        db.download(b.out);
+        dlse.download(a.lse);
+        expect_written(a, "a");
+        EXPECT_EQ(b.out.count_nan(), 0) << "b: out not fully written";
+        EXPECT_TRUE(b.out.margins_intact()) << "b: out written outside its view";
+        return std::tuple{a.out.bytes(), b.out.bytes(), a.lse.bytes()};
+      };
+      const auto serial = chain(true);
+      for (int round = 0; round < 3; ++round) {
+        SCOPED_TRACE("back to back, round " + std::to_string(round));
+        EXPECT_TRUE(chain(false) == serial);
+      }
+    }
+  }
+  const Problem p(direct, rng);
+  ScopedEnv bad("TESSERA_CUDA_BATCH_PDL", "2");
+  try {
+    run_cuda(p, ctx);
+    ADD_FAILURE() << "TESSERA_CUDA_BATCH_PDL=2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_BATCH_PDL: expected 0, 1 or unset, got '2'"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -234,6 +234,19 @@ TEST(BatchCuda, GraphReplayAfterReplan) {
                {&pe, pages_a + pages_b + pages_c, &oe, "graph c replaying e (prefill only)"}});
   TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
   TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
+
+  // Likewise a graph captured with a prefill-only plan (an eager run of it leaves out the decode
+  // kernel; a captured one keeps it) replays a mixed and a decode-only plan correctly. (Graph a
+  // above covers the merge: a's plan splits no row, so an eager run of it leaves the merge out,
+  // and its replays of b, whose long requests split, need it.)
+  plan(pe);
+  load(pe, pages_a + pages_b + pages_c);
+  capture_and_launch(pe);
+  expect_close(result(pe), oe, "graph e");
+  replay_each({{&pb, pages_a, &ob, "graph e replaying b (mixed)"},
+               {&pc, pages_a + pages_b, &oc, "graph e replaying c (decode only)"}});
+  TESSERA_TEST_CUDA(cudaGraphExecDestroy(exec));
+  TESSERA_TEST_CUDA(cudaGraphDestroy(graph));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "cuda/common/check.h"
 #include "cuda/backward/tail_plan.h"
 #include "cuda/common/scratch_pool.h"
+#include "cuda/common/stream_capture.h"
 #include "cuda/common/types.cuh"
 #include "cuda/cuda_backend.h"
 #include "cuda/sm80/backward/backward.h"
@@ -559,9 +560,7 @@ void attention_backward(const BackwardParams& p) {
     return pool != nullptr ? cudaMallocFromPoolAsync(&ws, bytes, pool, stream) : cudaMallocAsync(&ws, bytes, stream);
   };
   cudaError_t alloc = allocate();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (alloc == cudaErrorMemoryAllocation && pool != nullptr &&
-      cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone) {
+  if (alloc == cudaErrorMemoryAllocation && pool != nullptr && !stream_may_be_capturing(stream)) {
     (void)cudaGetLastError();
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));  // blocks freed on this stream become unused
     TESSERA_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));

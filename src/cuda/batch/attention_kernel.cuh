@@ -656,8 +656,14 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   constexpr int kThreads = Dec::kThreads;
   extern __shared__ __align__(128) unsigned char smem_raw[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Lets the merge kernel (a programmatic dependent) launch now; it waits for this grid's
-  // completion before reading anything.
+  // A run's first kernel, launched as the programmatic dependent of the stream's kernel before
+  // it (the last run's merge or attention kernel, whose rows and partials this grid rewrites):
+  // wait for that grid before any global access (BatchArgs::wait_first).
+  if constexpr (kKind == kDecodeOnly) {
+    if (a.wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
+  // Lets the merge kernel (a programmatic dependent) launch now, or the next run's decode-only
+  // kernel; each waits for this grid's completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
   // The unit list sits past the data of both layouts (each path uses [0, its kOffUnits)).
@@ -722,7 +728,8 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   // split items' partials the merge after this grid reads: every thread waits here, after its
   // last unit, for the prerequisite grid's completion and memory flush. Nothing before this
   // point reads what that kernel writes (its O / LSE rows and partial rows are other rows than
-  // the decode items'). A plain launch has no prerequisite grid in flight: returns at once.
+  // the decode items'). A plain launch has no prerequisite grid in flight, and one that waited
+  // at its start (wait_first) has none left: returns at once.
   if constexpr (kKind == kDecodeOnly) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }

@@ -65,6 +65,12 @@ struct BatchArgs {
   // traced run's timestamps, null otherwise. Present in every build so that the struct is the
   // same in every translation unit.
   unsigned long long* trace = nullptr;
+
+  // Decode-only instance launched as a run's first kernel and as the programmatic dependent of
+  // the stream's kernel before it (TESSERA_CUDA_BATCH_PDL, launch.cu): every thread waits for
+  // that grid (griddepcontrol.wait) before touching memory. Off beside the sm90 prefill, where
+  // the grid must overlap that kernel (it waits at its end instead).
+  bool wait_first = false;
 };
 
 // Packed query vectors at or below which an item runs on the decode-shaped kernel (the plan's
@@ -78,7 +84,9 @@ inline constexpr int kDecodeMaxRows = plan::kDecodeMaxVectors;
 //                 code is sm_90 code (else a plain launch: the kernel then lacks the
 //                 griddepcontrol.wait that makes it complete only after that kernel). Used for
 //                 the decode-only instance after the sm90 prefill kernel by the SM split (the
-//                 default, docs/perf/mixed_batch.md "SM split") and by sm90-coresident.
+//                 default, docs/perf/mixed_batch.md "SM split") and by sm90-coresident, and for
+//                 the decode-only instance opening a run (launch.cu, launch_decode_only, with
+//                 BatchArgs::wait_first: it then waits at its start).
 struct LaunchOptions {
   int ctas_per_sm = 0;
   bool programmatic = false;

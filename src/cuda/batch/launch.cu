@@ -20,6 +20,7 @@
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
 #include "cuda/common/device_scope.h"
+#include "cuda/common/stream_capture.h"
 #include "dispatch/path_override.h"
 #if defined(TESSERA_HAS_SM90_KERNELS)
 #include "cuda/sm90/batch/batch_prefill_sm90.h"
@@ -69,9 +70,16 @@ int smem_bytes_for(int head_dim) {
   }
 }
 
+// leave_out_idle: this run is eager (not captured) and may leave out a kernel whose kind of
+// item its plan has none of (p.prefill_items or p.decode_items 0).
+// pdl: the decode-only instance, always a run's first kernel where it is launched alone
+// (launch_decode_only), goes out as the programmatic dependent of the stream's kernel before it
+// (TESSERA_CUDA_BATCH_PDL) and waits for that grid first (BatchArgs::wait_first).
 template <typename T, int D>
 void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, [[maybe_unused]] dispatch::BatchPath path,
-                      [[maybe_unused]] int decode_sms_knob, bool decode_claims) {
+                      [[maybe_unused]] int decode_sms_knob, bool decode_claims, bool leave_out_idle, bool pdl) {
+  const bool no_prefill_items = leave_out_idle && p.prefill_items == 0;
+  const bool no_decode_items = leave_out_idle && p.decode_items == 0;
   const long long max_units = static_cast<long long>(p.layout.max_items) * a.row_blocks;
   // An item has at most min(q_tile_rows, max_q_tokens) query rows under this layout, whatever
   // plan() wrote: when that many rows x group fit the decode shape, every item is decode-shaped
@@ -81,15 +89,19 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // captured graphs stay valid across plans.
   const long long max_item_vectors =
       static_cast<long long>(std::min(p.layout.q_tile_rows, p.layout.max_q_tokens)) * a.group;
-  // The decode-only instance on the whole device: the static walk (CTA x runs items x, x + grid,
-  // ...), or with TESSERA_CUDA_BATCH_DECODE_CLAIMS=1 (a measurement knob) CTAs taking items by
-  // claims as the SM split's decode side does (attention_kernel.cuh, claim_decode_units; a plain
-  // launch, whose closing griddepcontrol.wait returns at once). Decode rows keep their bits.
+  // The decode-only instance on the whole device, the run's first kernel: the static walk (CTA
+  // x runs items x, x + grid, ...), or with TESSERA_CUDA_BATCH_DECODE_CLAIMS=1 (a measurement
+  // knob) CTAs taking items by claims as the SM split's decode side does (attention_kernel.cuh,
+  // claim_decode_units). The programmatic dependent of the stream's kernel before it unless
+  // TESSERA_CUDA_BATCH_PDL=0: its CTAs wait for that grid at their start (wait_first), so the
+  // launch, not the work, overlaps the end of the last run; its closing griddepcontrol.wait
+  // then returns at once. Decode rows keep their bits.
   auto launch_decode_only = [&](const batch::BatchArgs& args) {
-    if (!decode_claims) return batch::launch_attention<T, D, batch::kDecodeOnly>(args, max_units, num_sms, p.stream);
     batch::BatchArgs d = args;
-    d.decode_claim = const_cast<std::uint32_t*>(&args.header->decode_claim);
-    batch::launch_attention<T, D, batch::kDecodeOnly>(d, max_units, num_sms, p.stream, batch::LaunchOptions{});
+    d.wait_first = pdl;
+    if (decode_claims) d.decode_claim = const_cast<std::uint32_t*>(&args.header->decode_claim);
+    batch::launch_attention<T, D, batch::kDecodeOnly>(d, max_units, num_sms, p.stream,
+                                                      batch::LaunchOptions{/*ctas_per_sm=*/0, /*programmatic=*/pdl});
   };
 #if defined(TESSERA_HAS_SM90_KERNELS)
   // On compute capability 9.0 (TESSERA_CUDA_BATCH=portable: off) the prefill-shaped units run
@@ -115,11 +127,11 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
   // Where the decode instance is not sm_90 code it is launched plainly (sequential, correct).
   //
   // Under sm90-coresident a plan without prefill-shaped items (host summary, p.prefill_items)
-  // runs its decode units on the plain decode-only launch, the grid of the default path (as
+  // runs its decode units on the decode-only launch that opens a run, the grid of the default path (as
   // many CTAs as fit: 2 per SM at head_dim 128), not on the co-resident grid sized to share
-  // SMs with prefill CTAs that are not there; the slim prefill kernel follows it (it finds no
-  // unit and exits) so that a graph captured around this run still runs the prefill units of a
-  // later plan with some. Decode rows keep their bits: both launches run the same decode-only
+  // SMs with prefill CTAs that are not there; while capturing, the slim prefill kernel follows
+  // it (it finds no unit and exits) so that the graph still runs the prefill units of a later
+  // plan with some (an eager run leaves it out). Decode rows keep their bits: both launches run the same decode-only
   // instance, and a unit's result depends only on its work item (plan), not on which CTA runs
   // it or when. Prefill rows stay on the slim kernel whatever the batch holds (its 64-key tiles
   // round differently from the fat kernel's 128-key tiles, and a request's output must not
@@ -141,19 +153,21 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
     const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
     if ((coresident || split) && p.prefill_items == 0 && a.group <= batch::kDecodeMaxRows) {
       launch_decode_only(a);
-      sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/coresident);
+      // Kept while capturing: a replay after a plan() with prefill items runs them here.
+      if (!no_prefill_items) sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms, p.stream, /*slim=*/coresident);
       return;
     }
-    int decode_sms = 0;
-    if (split && a.group <= batch::kDecodeMaxRows) {
+    int decode_sms = 0;  // none held back for a decode launch that is left out
+    if (split && a.group <= batch::kDecodeMaxRows && !no_decode_items) {
       const double flops = 4.0 * a.group * D * static_cast<double>(std::max<std::int64_t>(p.prefill_row_keys, 0));
       const double bytes = 2.0 * D * sizeof(T) * static_cast<double>(std::max<std::int64_t>(p.decode_keys, 0));  // K + V
       decode_sms = decode_sms_knob >= 0 ? std::min(decode_sms_knob, num_sms - 1)
                                         : batch::split_decode_sms(flops, bytes, num_sms,
                                                                   static_cast<long long>(p.prefill_items) * a.row_blocks);
     }
-    sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
-    if (a.group <= batch::kDecodeMaxRows) {
+    // (TESSERA_CUDA_BATCH=sm90, the sequential order, reaches here with a decode-only plan too.)
+    if (!no_prefill_items) sm90::launch_batch_prefill(a, bf16, D, max_units, num_sms - decode_sms, p.stream, coresident);
+    if (a.group <= batch::kDecodeMaxRows && !no_decode_items) {
       batch::LaunchOptions options;
       batch::BatchArgs d = a;
       if (coresident || split) {
@@ -173,8 +187,8 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
     launch_decode_only(a);
   } else if constexpr (D == 256) {
     // One CTA per SM at this head dim: nothing to share, so the two shapes keep two launches.
-    if (a.group <= batch::kDecodeMaxRows) launch_decode_only(a);
-    batch::launch_attention<T, D, batch::kPrefillOnly>(a, max_units, num_sms, p.stream);
+    if (a.group <= batch::kDecodeMaxRows && !no_decode_items) launch_decode_only(a);
+    if (!no_prefill_items) batch::launch_attention<T, D, batch::kPrefillOnly>(a, max_units, num_sms, p.stream);
   } else {
     batch::launch_attention<T, D, batch::kFused>(a, max_units, num_sms, p.stream);
   }
@@ -182,11 +196,11 @@ void launch_instances(const batch::BatchArgs& a, const BatchRunParams& p, int nu
 
 template <typename T>
 void launch_for_head_dim(const batch::BatchArgs& a, const BatchRunParams& p, int num_sms, dispatch::BatchPath path,
-                         int decode_sms_knob, bool decode_claims) {
+                         int decode_sms_knob, bool decode_claims, bool leave_out_idle, bool pdl) {
   switch (p.head_dim) {
-    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob, decode_claims);
-    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob, decode_claims);
-    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob, decode_claims);
+    case 64: return launch_instances<T, 64>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
+    case 128: return launch_instances<T, 128>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
+    case 256: return launch_instances<T, 256>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
     default: break;
   }
   throw Error(ErrorCode::unsupported, "q",
@@ -307,18 +321,28 @@ void batch_attention_run(const BatchRunParams& p) {
   const dispatch::BatchPath path = dispatch::batch_path_override();
   const int decode_sms_knob = dispatch::batch_decode_sms_override();  // likewise: a bad value fails every run
   const bool decode_claims = dispatch::batch_decode_claims_override();
+  const bool pdl = dispatch::batch_pdl_override();
   DeviceScope scope(p.device.index);
   const bool traced = batch::trace_begin(a, p.stream);  // false unless built with TESSERA_BATCH_TRACE
   const int num_sms = multiprocessor_count(p.device.index);
+  // An eager run leaves out the launches its plan gives no work (a decode-only plan's prefill
+  // kernel, a prefill-only plan's decode kernel, the merge of a plan without split rows): each
+  // is a launch and a grid that finds nothing to do, a few microseconds beside a 40-100 us
+  // decode step. A run being captured keeps every launch, so that its graph runs any later
+  // plan() into the same workspace. What is computed does not change: a left-out kernel would
+  // have written nothing (decode claims leave the counter at 0, and nothing else is reset).
+  const bool idle_kernel = p.prefill_items == 0 || p.decode_items == 0 || p.merge_rows == 0;
+  const bool leave_out_idle = idle_kernel && !stream_may_be_capturing(static_cast<cudaStream_t>(p.stream));
   if (p.dtype == DType::bf16)
-    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob, decode_claims);
+    launch_for_head_dim<__nv_bfloat16>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
   else if (p.dtype == DType::f16)
-    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob, decode_claims);
+    launch_for_head_dim<__half>(a, p, num_sms, path, decode_sms_knob, decode_claims, leave_out_idle, pdl);
   else
     throw Error(ErrorCode::unsupported, "q",
                 std::string("batch attention on CUDA: dtype: expected f16 or bf16, got ") + dtype_name(p.dtype));
-  batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, p.merge_rows, p.merge_fan_in,
-                      num_sms, compute_major(p.device.index) >= 9, p.stream);
+  if (!(leave_out_idle && p.merge_rows == 0))
+    batch::launch_merge(a, p.dtype == DType::bf16, p.head_dim, p.layout.max_q_tokens, p.merge_rows, p.merge_fan_in,
+                        num_sms, compute_major(p.device.index) >= 9, p.stream);
   if (traced) batch::trace_end(a, p.stream);
 }
 
