@@ -131,6 +131,20 @@ TEST(PathOverrides, AcceptedValuesMapAndOthersAreRefused) {
     EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
         << e.what();
   }
+  // ... and at head_dim 128, with the same values and its own name in the message.
+  EXPECT_EQ(dispatch::parse_d128_warpgroups(nullptr), 0);
+  EXPECT_EQ(dispatch::parse_d128_warpgroups(""), 0);
+  EXPECT_EQ(dispatch::parse_d128_warpgroups("2"), 2);
+  EXPECT_EQ(dispatch::parse_d128_warpgroups("3"), 3);
+  expect_rejected("TESSERA_CUDA_D128_WARPGROUPS", dispatch::parse_d128_warpgroups,
+                  {"1", "4", "0", "2 ", " 3", "two", "+2", "23"});
+  try {
+    dispatch::parse_d128_warpgroups("1");
+    ADD_FAILURE() << "TESSERA_CUDA_D128_WARPGROUPS=1 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D128_WARPGROUPS: expected 2, 3 or unset, got '1'"), std::string::npos)
+        << e.what();
+  }
   // K tile of the sm90 forward's unmasked head_dim 64 / 128 calls: the host rule (unset), short, long.
   EXPECT_EQ(dispatch::parse_forward_key_tile(nullptr), dispatch::ForwardKeyTile::automatic);
   EXPECT_EQ(dispatch::parse_forward_key_tile(""), dispatch::ForwardKeyTile::automatic);
