@@ -239,8 +239,9 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
 
 // TESSERA_CUDA_D128_WARPGROUPS=3 sends every 16-bit head_dim 128 call to the masked
 // three-warpgroup instance (192-row tiles of 128 keys, own diagonals, P V before the next Q K^T):
-// unmasked calls (every K/V tile whole but the last), long ones, windows, ragged batches, a soft
-// cap, GQA, odd lengths, rows that see nothing and more tiles than SMs; =2 keeps the dense causal
+// unmasked calls (every K/V tile whole but the last; they walk statically on it), long ones, no
+// keys, windows, ragged batches, a soft cap, GQA, odd lengths, rows that see nothing and more
+// tiles than SMs; =2 keeps the dense causal
 // calls the rule gives three on two. Both match the oracle; a bad value is refused.
 TEST(CudaForward, D128WarpgroupsKnobMatchesOracle) {
   const DType f16 = DType::f16, bf16 = DType::bf16;
@@ -255,6 +256,10 @@ TEST(CudaForward, D128WarpgroupsKnobMatchesOracle) {
       ragged(f16, {150, 7, 330, 0}, {150, 200, 330, 9}, 4, 2, 128, opts(false)),
       ragged(bf16, {1, 113, 1023, 17}, {1, 113, 1023, 300}, 4, 2, 128, opts(true)),
       dense(bf16, 4, 1100, 1100, 8, 2, 128, opts(false)),                // 192 tiles on the SMs
+      dense(bf16, 1, 2100, 2100, 16, 2, 128, opts(false)),               // 176 tiles past 2048 keys: the static walk
+      dense(f16, 1, 100, 0, 2, 1, 128, opts(false)),                     // no keys: O = 0, LSE = -inf
+      dense(bf16, 1, 600, 800, 2, 1, 128, opts(false, 150, -1)),         // a left-only window
+      ragged(bf16, {300, 1, 64, 0}, {400, 50, 64, 7}, 4, 2, 128, opts(false, 100, 10)),  // windowed ragged
   };
   const CaseSpec two[] = {
       dense(bf16, 2, 1500, 1500, 4, 2, 128, opts(true)),  // the rule's three-warpgroup range
