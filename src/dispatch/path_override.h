@@ -16,7 +16,8 @@
 //                           each SM with a prefill CTA; elsewhere the same as sm90)
 //   Measurement and test knobs, each described at its parser below: TESSERA_CUDA_BATCH_DECODE_SMS,
 //   TESSERA_CUDA_BATCH_DECODE_CLAIMS, TESSERA_CUDA_BATCH_PDL, TESSERA_CUDA_BACKWARD_TAIL_PIECES,
-//   TESSERA_CUDA_FORWARD_SPLIT_TAIL, TESSERA_CUDA_FP8_V_TRANSPOSE, TESSERA_CUDA_D64_WARPGROUPS.
+//   TESSERA_CUDA_FORWARD_SPLIT_TAIL, TESSERA_CUDA_FP8_V_TRANSPOSE, TESSERA_CUDA_D64_WARPGROUPS,
+//   TESSERA_CUDA_D128_WARPGROUPS.
 // Unset or empty: the default path. Any other value throws tessera::Error (invalid_argument)
 // naming the variable, the accepted values and the value found, before anything is launched:
 // a misspelt override must not silently run the default path.
@@ -169,18 +170,26 @@ inline Fp8VTranspose parse_fp8_v_transpose(const char* value) {
               std::string("TESSERA_CUDA_FP8_V_TRANSPOSE: expected 'global', 'kernel' or unset, got '") + value + "'");
 }
 
-// TESSERA_CUDA_D64_WARPGROUPS (a measurement knob of the sm90 forward at head_dim 64, fp16 / bf16,
-// src/cuda/sm90/forward/launch.cu): unset or empty: 0 (the host rule: three consumer warpgroups,
-// 192-row tiles, except two, 128-row tiles, for masked calls of at most kTwoWarpgroupMaxKeysD64
-// keys on average, kTwoWarpgroupMaxKeysD64Window with a window); 2: two for every call (unmasked ones on the masked instance, whose
-// tiles are then all unmasked but the tail); 3: three for every call. Anything else throws.
-inline int parse_d64_warpgroups(const char* value) {
+// The consumer-warpgroup knobs of the sm90 forward (measurement knobs, fp16 / bf16; the choice
+// is src/cuda/sm90/forward/tile_choice.h's): unset or empty: 0 (the host rule); 2 or 3: that
+// many for every call of the head dim. Anything else throws, naming `variable`.
+//  - TESSERA_CUDA_D64_WARPGROUPS (head_dim 64; the rule: three, 192-row tiles, except two,
+//    128-row tiles, for masked calls of at most kTwoWarpgroupMaxKeysD64 keys on average,
+//    kTwoWarpgroupMaxKeysD64Window with a window): 2 sends unmasked calls to the masked instance,
+//    whose tiles are then all unmasked but the tail;
+//  - TESSERA_CUDA_D128_WARPGROUPS (head_dim 128; the rule: two, 128-row tiles, except three,
+//    192-row tiles of 128 keys, for dense causal calls without a window of
+//    kThreeWarpgroupCausalMinKeysD128 to kShortCausalMaxKeysD128 keys): 3 sends every call to
+//    the masked three-warpgroup instance (128-key tiles whatever TESSERA_CUDA_FORWARD_KEY_TILE
+//    says: it has no other), unmasked, windowed and ragged calls too.
+inline int parse_warpgroups_knob(const char* variable, const char* value) {
   if (value == nullptr || *value == '\0') return 0;
   if (std::strcmp(value, "2") == 0) return 2;
   if (std::strcmp(value, "3") == 0) return 3;
-  throw Error(ErrorCode::invalid_argument, "TESSERA_CUDA_D64_WARPGROUPS",
-              std::string("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '") + value + "'");
+  throw Error(ErrorCode::invalid_argument, variable, std::string(variable) + ": expected 2, 3 or unset, got '" + value + "'");
 }
+inline int parse_d64_warpgroups(const char* value) { return parse_warpgroups_knob("TESSERA_CUDA_D64_WARPGROUPS", value); }
+inline int parse_d128_warpgroups(const char* value) { return parse_warpgroups_knob("TESSERA_CUDA_D128_WARPGROUPS", value); }
 
 // TESSERA_CUDA_FORWARD_KEY_TILE (a measurement and test knob of the sm90 forward, fp16 / bf16:
 // unmasked calls at head_dim 64 on three consumer warpgroups, unmasked and causal (windowless)
@@ -227,6 +236,7 @@ inline int backward_tail_pieces_override() {
   return parse_backward_tail_pieces(std::getenv("TESSERA_CUDA_BACKWARD_TAIL_PIECES"));
 }
 inline int d64_warpgroups_override() { return parse_d64_warpgroups(std::getenv("TESSERA_CUDA_D64_WARPGROUPS")); }
+inline int d128_warpgroups_override() { return parse_d128_warpgroups(std::getenv("TESSERA_CUDA_D128_WARPGROUPS")); }
 inline ForwardKeyTile forward_key_tile_override() {
   return parse_forward_key_tile(std::getenv("TESSERA_CUDA_FORWARD_KEY_TILE"));
 }

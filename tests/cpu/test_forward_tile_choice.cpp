@@ -72,6 +72,33 @@ TEST(Sm90ForwardTileChoice, Knobs) {
   expect_choice(forward_tile_choice(256, true, true, 1024, 0, kLong), {true, 128, 128}, "fp8 d256 masked, long forced");
 }
 
+TEST(Sm90ForwardTileChoice, HeadDim128WarpgroupKnob) {
+  // TESSERA_CUDA_D128_WARPGROUPS=3: every 16-bit head_dim 128 call on the masked three-warpgroup
+  // instance (192-row tiles of 128 keys), unmasked, windowed, ragged and long ones too, whatever
+  // the key-tile knob says (that instance has 128-key tiles only).
+  for (const bool masked : {false, true})
+    for (const long long keys : {0LL, 1LL, 1024LL, 2049LL, 4097LL, 16384LL, 1LL << 40})
+      for (const auto key_tile : {kRule, kShort, kLong})
+        for (const bool windowed : {false, true})
+          for (const bool ragged : {false, true}) {
+            if (windowed && !masked) continue;  // a window makes a call masked
+            expect_choice(forward_tile_choice(128, false, masked, keys, 3, key_tile, windowed, ragged), {true, 192, 128},
+                          "d128, three forced");
+          }
+  // =2: no call on three; otherwise the rule (unmasked calls keep their own instance).
+  expect_choice(forward_tile_choice(128, false, true, 1025, 2), {true, 128, 128}, "d128 causal 1025 keys, two forced");
+  expect_choice(forward_tile_choice(128, false, true, 4096, 2), {true, 128, 128}, "d128 causal 4096 keys, two forced");
+  expect_choice(forward_tile_choice(128, false, true, 4097, 2), {true, 128, 176}, "d128 causal 4097 keys, two forced");
+  expect_choice(forward_tile_choice(128, false, false, 1024, 2), {false, 128, 128}, "d128 1k, two forced");
+  expect_choice(forward_tile_choice(128, false, false, 16384, 2), {false, 128, 176}, "d128 16k, two forced");
+  expect_choice(forward_tile_choice(128, false, true, 2048, 2, kShort), {true, 128, 128}, "d128 causal 2k, two, short");
+  // FP8 and the other head dims ignore the value handed in (launch.cu hands each head dim its own knob).
+  expect_choice(forward_tile_choice(128, true, false, 1024, 2), {false, 192, 128}, "fp8 d128, two handed in");
+  expect_choice(forward_tile_choice(128, true, true, 1024, 3), {true, 192, 128}, "fp8 d128 masked, three handed in");
+  expect_choice(forward_tile_choice(256, false, false, 1024, 3), {false, 128, 80}, "d256, three handed in");
+  expect_choice(forward_tile_choice(256, false, true, 1024, 3), {true, 128, 64}, "d256 masked, three handed in");
+}
+
 TEST(Sm90ForwardTileChoice, OtherHeadDims) {
   // Unmasked head_dim 128: its own 128-key instance up to 2048 keys, 176-key tiles above.
   expect_choice(forward_tile_choice(128, false, false, 1), {false, 128, 128}, "d128, one key");

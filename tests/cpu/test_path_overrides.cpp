@@ -117,19 +117,25 @@ TEST(PathOverrides, AcceptedValuesMapAndOthersAreRefused) {
   expect_rejected("TESSERA_CUDA_FORWARD_SPLIT_TAIL", dispatch::parse_forward_split_tail,
                   {"-1", "1048577", "4 ", "x", "3.5", "2abc", "5:1", "5:9", "5:", "5:x", "0:3", ":3", "5:3 ", "5:-3",
                    "5:3:2", " 5", "+5", "-0", " 5:3", "+5:3"});
-  // Consumer warpgroups of the sm90 forward at head_dim 64: the host rule (unset), two, three.
-  EXPECT_EQ(dispatch::parse_d64_warpgroups(nullptr), 0);
-  EXPECT_EQ(dispatch::parse_d64_warpgroups(""), 0);
-  EXPECT_EQ(dispatch::parse_d64_warpgroups("2"), 2);
-  EXPECT_EQ(dispatch::parse_d64_warpgroups("3"), 3);
-  expect_rejected("TESSERA_CUDA_D64_WARPGROUPS", dispatch::parse_d64_warpgroups,
-                  {"1", "4", "0", "2 ", " 3", "two", "+2", "23"});
-  try {
-    dispatch::parse_d64_warpgroups("4");
-    ADD_FAILURE() << "TESSERA_CUDA_D64_WARPGROUPS=4 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_D64_WARPGROUPS: expected 2, 3 or unset, got '4'"), std::string::npos)
-        << e.what();
+  // Consumer warpgroups of the sm90 forward at head_dim 64 and 128: the host rule (unset), two,
+  // three; each knob's own name in its message.
+  using WarpgroupsParser = int (*)(const char*);
+  const std::pair<const char*, WarpgroupsParser> warpgroup_knobs[] = {
+      {"TESSERA_CUDA_D64_WARPGROUPS", dispatch::parse_d64_warpgroups},
+      {"TESSERA_CUDA_D128_WARPGROUPS", dispatch::parse_d128_warpgroups}};
+  for (const auto& [var, parse] : warpgroup_knobs) {
+    EXPECT_EQ(parse(nullptr), 0) << var;
+    EXPECT_EQ(parse(""), 0) << var;
+    EXPECT_EQ(parse("2"), 2) << var;
+    EXPECT_EQ(parse("3"), 3) << var;
+    expect_rejected(var, parse, {"1", "4", "0", "2 ", " 3", "two", "+2", "23"});
+    try {
+      parse("4");
+      ADD_FAILURE() << var << "=4 accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(var) + ": expected 2, 3 or unset, got '4'"), std::string::npos)
+          << e.what();
+    }
   }
   // K tile of the sm90 forward's unmasked head_dim 64 / 128 calls: the host rule (unset), short, long.
   EXPECT_EQ(dispatch::parse_forward_key_tile(nullptr), dispatch::ForwardKeyTile::automatic);

@@ -1,7 +1,7 @@
 // The sm90 forward's launch shapes and the knobs that force them, against the fp64 oracle under
 // the tolerance rule (forward_cuda_support.h): the split tail, head_dim 64's tail-row launch
-// (alone, as a programmatic pair, in a graph), the head_dim 64 warpgroup count and the key-tile
-// width; each knob's refusal of a bad value. The tests skip themselves where the sm90 kernels do
+// (alone, as a programmatic pair, in a graph), the head_dim 64 and 128 warpgroup counts and the
+// key-tile width; each knob's refusal of a bad value. The tests skip themselves where the sm90 kernels do
 // not run (another GPU, TESSERA_CUDA_FORWARD=portable, a build without them).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -235,6 +235,49 @@ TEST(CudaForward, D64WarpgroupsKnobMatchesOracle) {
     expect_cases_written_within_rule(cases, rng, std::string(" warpgroups ") + knob);
   }
   expect_sm90_knob_refused("TESSERA_CUDA_D64_WARPGROUPS", "4", "expected 2, 3 or unset, got '4'");
+}
+
+// TESSERA_CUDA_D128_WARPGROUPS=3 sends every 16-bit head_dim 128 call to the masked
+// three-warpgroup instance (192-row tiles of 128 keys, own diagonals, P V before the next Q K^T):
+// unmasked calls (every K/V tile whole but the last; they walk statically on it), long ones, no
+// keys, windows, ragged batches, a soft cap, GQA, odd lengths, rows that see nothing and more
+// tiles than SMs; =2 keeps the dense causal
+// calls the rule gives three on two. Both match the oracle; a bad value is refused.
+TEST(CudaForward, D128WarpgroupsKnobMatchesOracle) {
+  const DType f16 = DType::f16, bf16 = DType::bf16;
+  const CaseSpec three[] = {
+      dense(bf16, 2, 1024, 1024, 4, 2, 128, opts(false)),                // unmasked 1k: 5.3 192-row tiles
+      dense(f16, 1, 300, 2300, 8, 1, 128, opts(false, -1, -1, 2.0f)),    // past 2048 keys, softcap, GQA 8
+      dense(bf16, 1, 17, 113, 2, 1, 128, opts(false)),                   // one partial tile
+      dense(f16, 1, 1000, 1000, 2, 2, 128, opts(true)),                  // causal below the rule's range
+      dense(bf16, 1, 700, 5000, 2, 1, 128, opts(true)),                  // causal past it (176 keys by the rule)
+      dense(f16, 1, 900, 300, 2, 1, 128, opts(true)),                    // 600 rows see no key
+      dense(bf16, 1, 640, 900, 2, 2, 128, opts(false, 200, 50)),         // window left and right
+      ragged(f16, {150, 7, 330, 0}, {150, 200, 330, 9}, 4, 2, 128, opts(false)),
+      ragged(bf16, {1, 113, 1023, 17}, {1, 113, 1023, 300}, 4, 2, 128, opts(true)),
+      dense(bf16, 4, 1100, 1100, 8, 2, 128, opts(false)),                // 192 tiles on the SMs
+      dense(bf16, 1, 2100, 2100, 16, 2, 128, opts(false)),               // 176 tiles past 2048 keys: the static walk
+      dense(f16, 1, 100, 0, 2, 1, 128, opts(false)),                     // no keys: O = 0, LSE = -inf
+      dense(bf16, 1, 600, 800, 2, 1, 128, opts(false, 150, -1)),         // a left-only window
+      ragged(bf16, {300, 1, 64, 0}, {400, 50, 64, 7}, 4, 2, 128, opts(false, 100, 10)),  // windowed ragged
+  };
+  const CaseSpec two[] = {
+      dense(bf16, 2, 1500, 1500, 4, 2, 128, opts(true)),  // the rule's three-warpgroup range
+      dense(f16, 1, 17, 1025, 2, 1, 128, opts(true)),
+  };
+  auto rng = fresh_rng();
+  {
+    ScopedEnv warpgroups("TESSERA_CUDA_D128_WARPGROUPS", "3");
+    expect_cases_written_within_rule(three, rng, " d128 warpgroups 3");
+    // The key-tile knob has no say on three warpgroups (their instance has 128-key tiles only).
+    ScopedEnv key_tile("TESSERA_CUDA_FORWARD_KEY_TILE", "long");
+    expect_cases_written_within_rule(three, rng, " d128 warpgroups 3, key tile long");
+  }
+  {
+    ScopedEnv warpgroups("TESSERA_CUDA_D128_WARPGROUPS", "2");
+    expect_cases_written_within_rule(two, rng, " d128 warpgroups 2");
+  }
+  expect_sm90_knob_refused("TESSERA_CUDA_D128_WARPGROUPS", "4", "expected 2, 3 or unset, got '4'");
 }
 
 // The masked three-warpgroup instance (head_dim 64, 192-row tiles) lets each warpgroup compute

@@ -1,9 +1,11 @@
 // The sm90 forward kernel (FA3 structure): a CTA walks tiles of (query block, query head,
-// sequence) (persistent, one per SM: a static walk for unmasked dense problems, a dynamic one
-// from a global counter for masked and ragged ones; one tile per CTA without the counter); a
+// sequence) (persistent, one per SM: a static walk for unmasked dense problems, whichever
+// instance a knob sends them to, a dynamic one from a global counter for masked and ragged ones;
+// one tile per CTA without the counter); a
 // producer warpgroup feeds Q and K/V tiles by TMA into a ring of shared-memory stages, and two
 // (three at head_dim 64, at FP8 head_dim 128 and for dense causal head_dim 128 calls of
-// 1025-4096 keys) consumer warpgroups run S = Q K^T and O += P V on wgmma with the online
+// 1025-4096 keys, or any under TESSERA_CUDA_D128_WARPGROUPS=3) consumer warpgroups run S = Q K^T
+// and O += P V on wgmma with the online
 // softmax in registers.
 // See kernel_traits.cuh for tiles and layout, forward_args.h for the arguments.
 //

@@ -3,7 +3,8 @@
 // A CTA (persistent, one per SM; see launch_template.cuh for its walk) has 1
 // producer warpgroup (one thread issues every TMA copy; the warpgroup gives its registers back
 // with setmaxnreg) and 2 consumer warpgroups (3 at head_dim 64, at FP8 head_dim 128 and for dense
-// causal head_dim 128 calls of 1025-4096 keys), each owning 64 query rows of the 128-row (192-row)
+// causal head_dim 128 calls of 1025-4096 keys, or every 16-bit head_dim 128 call under the
+// measurement knob TESSERA_CUDA_D128_WARPGROUPS=3), each owning 64 query rows of the 128-row (192-row)
 // Q tile: S = Q K^T (wgmma, both operands in smem) and O += P V (P from
 // registers, or from each warpgroup's buffer in smem in the wide head_dim 64 instance, kPInSmem;
 // V MN-major in smem; for fp8, V^T K-major, transposed by three producer warps). K
@@ -133,7 +134,8 @@ constexpr int block_n_for(int head_dim, bool masked, bool fp8 = false, bool long
 
 // kWarpgroups_: consumer warpgroups; 0 takes consumer_warpgroups_for (the other instances:
 // head_dim 64 masked with two, kTwoWarpgroupMaxKeysD64; head_dim 128 masked with three,
-// kThreeWarpgroupCausalMinKeysD128).
+// kThreeWarpgroupCausalMinKeysD128, and any 16-bit head_dim 128 call under
+// TESSERA_CUDA_D128_WARPGROUPS=3).
 // kVtOnly_ (FP8 only): the instance for calls whose V^T the pass of fp8_v_transpose.h made
 // (FwdArgs::vt_global): no V stages and no transposing warps, so the producer warpgroup runs on
 // 24 registers and, at head_dim 256, the consumers on 240, enough for O (128), S (64) and P (16)

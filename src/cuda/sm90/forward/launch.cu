@@ -168,7 +168,8 @@ void launch_for_mask(const FwdArgs& a, const AttentionParams& p, bool masked, in
                     "sm90 forward: 192-row head_dim 128 tiles: expected 128-key K/V tiles, got " +
                         std::to_string(block_n) + " (tile_choice.h)");
       if (block_n == kLongMasked) return launch_forward<T, 128, kLongMasked, true>(a, num_sms, p.stream);
-      // Short dense causal calls on three warpgroups (kThreeWarpgroupCausalMinKeysD128)
+      // Short dense causal calls on three warpgroups (kThreeWarpgroupCausalMinKeysD128), and
+      // every call under TESSERA_CUDA_D128_WARPGROUPS=3
       if (a.block_m == 192) return launch_forward<T, 128, block_n_for(128, true), true, 3>(a, num_sms, p.stream);
     }
     return launch_forward<T, D, block_n_for(D, true), true>(a, num_sms, p.stream);
@@ -252,11 +253,13 @@ bool run_forward(const AttentionParams& p) {
   const bool masked = p.mask.causal || p.mask.window_left >= 0 || p.mask.window_right >= 0;
   const std::int64_t mean_keys = ragged ? (p.batch > 0 ? p.total_k / p.batch : 0) : p.seq_k;
   // The instance (tile_choice.h): tile rows, K/V tile keys, masked or not. The knobs
-  // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_FORWARD_KEY_TILE, TESSERA_CUDA_FORWARD_TAIL_ROWS) are read,
-  // and checked, on every call.
+  // (TESSERA_CUDA_D64_WARPGROUPS, TESSERA_CUDA_D128_WARPGROUPS, TESSERA_CUDA_FORWARD_KEY_TILE,
+  // TESSERA_CUDA_FORWARD_TAIL_ROWS) are read, and checked, on every call.
   const bool windowed = p.mask.window_left >= 0 || p.mask.window_right >= 0;
-  const FwdTileChoice tiles_of_call = forward_tile_choice(p.head_dim, fp8, masked, mean_keys,
-                                                          dispatch::d64_warpgroups_override(),
+  const int d64_warpgroups = dispatch::d64_warpgroups_override();
+  const int d128_warpgroups = dispatch::d128_warpgroups_override();
+  const int warpgroups = p.head_dim == 64 ? d64_warpgroups : p.head_dim == 128 ? d128_warpgroups : 0;
+  const FwdTileChoice tiles_of_call = forward_tile_choice(p.head_dim, fp8, masked, mean_keys, warpgroups,
                                                           dispatch::forward_key_tile_override(), windowed, ragged);
   const bool masked_instance = tiles_of_call.masked_instance;
   const int block_m = tiles_of_call.block_m;

@@ -43,14 +43,18 @@ void launch_forward(const FwdArgs& args, int num_sms, void* stream) {
   // stream-ordered allocation from tessera's scratch pool (which, unlike the default pool, keeps
   // its memory across synchronizations), zeroed before the launch (graph-capturable); if it
   // cannot be had, one CTA per tile.
+  // (An unmasked dense call that a warpgroup knob sends to a masked instance, TESSERA_CUDA_D64_WARPGROUPS=2
+  // or TESSERA_CUDA_D128_WARPGROUPS=3, has even tiles too: it walks statically, so that the knob
+  // changes the instance and not the walk. Only the split tail stays the unmasked instances'.)
   const bool ragged = args.cu_seqlens_q != nullptr;
+  const bool masked_call = args.causal || args.window_left >= 0 || args.window_right >= 0;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const long long persistent = tiles < num_sms ? tiles : num_sms;
   FwdArgs run_args = args;
   unsigned int* counter = nullptr;
   long long grid = persistent;
   constexpr long long kDynamicMaxKeys = 2048;
-  if (kMasked || ragged) {
+  if ((kMasked && masked_call) || ragged) {
     grid = tiles;
     if (tiles > num_sms && args.mean_keys <= kDynamicMaxKeys) {
       int device = 0;
