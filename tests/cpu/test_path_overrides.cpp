@@ -83,6 +83,15 @@ TEST(PathOverrides, AcceptedValuesMapAndOthersAreRefused) {
       }
     }
   };
+  // The whole message of one refusal: the variable, what it accepts, the value found.
+  auto expect_message = [](const char* var, auto parse, const char* bad, const std::string& message) {
+    try {
+      parse(bad);
+      ADD_FAILURE() << "accepted " << var << "=" << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
   expect_rejected("TESSERA_CUDA_BATCH_DECODE_SMS", dispatch::parse_batch_decode_sms,
                   {"-1", "4097", "48 ", "4.5", "x", "12abc"});
   // The decode-claims measurement knob: 0, 1, or unset / empty.
@@ -129,13 +138,7 @@ TEST(PathOverrides, AcceptedValuesMapAndOthersAreRefused) {
     EXPECT_EQ(parse("2"), 2) << var;
     EXPECT_EQ(parse("3"), 3) << var;
     expect_rejected(var, parse, {"1", "4", "0", "2 ", " 3", "two", "+2", "23"});
-    try {
-      parse("4");
-      ADD_FAILURE() << var << "=4 accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string(var) + ": expected 2, 3 or unset, got '4'"), std::string::npos)
-          << e.what();
-    }
+    expect_message(var, parse, "4", std::string(var) + ": expected 2, 3 or unset, got '4'");
   }
   // K tile of the sm90 forward's unmasked head_dim 64 / 128 calls: the host rule (unset), short, long.
   EXPECT_EQ(dispatch::parse_forward_key_tile(nullptr), dispatch::ForwardKeyTile::automatic);
@@ -144,14 +147,8 @@ TEST(PathOverrides, AcceptedValuesMapAndOthersAreRefused) {
   EXPECT_EQ(dispatch::parse_forward_key_tile("long"), dispatch::ForwardKeyTile::long_keys);
   expect_rejected("TESSERA_CUDA_FORWARD_KEY_TILE", dispatch::parse_forward_key_tile,
                   {"128", "192", "Short", "LONG", "short ", " long", "wide", "auto", "0"});
-  try {
-    dispatch::parse_forward_key_tile("192");
-    ADD_FAILURE() << "TESSERA_CUDA_FORWARD_KEY_TILE=192 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_FORWARD_KEY_TILE: expected 'short', 'long' or unset, got '192'"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_message("TESSERA_CUDA_FORWARD_KEY_TILE", dispatch::parse_forward_key_tile, "192",
+                 "TESSERA_CUDA_FORWARD_KEY_TILE: expected 'short', 'long' or unset, got '192'");
   // The sm90 forward's tail-row launch at head_dim 64: on (unset, "1") or off ("0").
   EXPECT_TRUE(dispatch::parse_forward_tail_rows(nullptr));
   EXPECT_TRUE(dispatch::parse_forward_tail_rows(""));
@@ -159,20 +156,16 @@ TEST(PathOverrides, AcceptedValuesMapAndOthersAreRefused) {
   EXPECT_FALSE(dispatch::parse_forward_tail_rows("0"));
   expect_rejected("TESSERA_CUDA_FORWARD_TAIL_ROWS", dispatch::parse_forward_tail_rows,
                   {"2", "on", "off", "true", " 0", "1 ", "00", "-1"});
-  try {
-    dispatch::parse_forward_tail_rows("on");
-    ADD_FAILURE() << "TESSERA_CUDA_FORWARD_TAIL_ROWS=on accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("TESSERA_CUDA_FORWARD_TAIL_ROWS: expected 0, 1 or unset, got 'on'"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_message("TESSERA_CUDA_FORWARD_TAIL_ROWS", dispatch::parse_forward_tail_rows, "on",
+                 "TESSERA_CUDA_FORWARD_TAIL_ROWS: expected 0, 1 or unset, got 'on'");
   // A decode-only run's first launch as a programmatic dependent: on (unset, "1") or off ("0").
   EXPECT_TRUE(dispatch::parse_batch_pdl(nullptr));
   EXPECT_TRUE(dispatch::parse_batch_pdl(""));
   EXPECT_TRUE(dispatch::parse_batch_pdl("1"));
   EXPECT_FALSE(dispatch::parse_batch_pdl("0"));
   expect_rejected("TESSERA_CUDA_BATCH_PDL", dispatch::parse_batch_pdl, {"2", "on", "off", " 0", "1 ", "00", "-1"});
+  expect_message("TESSERA_CUDA_BATCH_PDL", dispatch::parse_batch_pdl, "on",
+                 "TESSERA_CUDA_BATCH_PDL: expected 0, 1 or unset, got 'on'");
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);
