@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -147,7 +149,10 @@ Row not_run(Row r, const std::exception& e) {
 // synchronisation between them for `seconds`, after `warm` seconds of the same, so that the GPU
 // has settled at the clock its power cap allows (the first ~30 ms of a heavy load run at the
 // boost clock). Milliseconds per call from events around the measured calls; joules per call and
-// mean watts from the GPU's energy counter when the meter has one (else -1).
+// mean watts from the GPU's energy counter when the meter has one (else -1); the SM clock and
+// the clock event reasons sampled every 5 ms while the measured calls run (a host thread; the
+// launching thread only enqueues, so the samples fall inside the GPU's busy span but for the
+// last few calls still queued when the loop ends).
 Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, double warm, double seconds) {
   const double once = cuda_median_ms(fn, 0.0);  // 3 warm-up calls + 5 timed
   const long warm_calls = std::max(1L, static_cast<long>(warm * 1e3 / once));
@@ -159,10 +164,23 @@ Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, d
   check(cudaEventRecord(a, nullptr), "cudaEventRecord");
   check(cudaEventSynchronize(a), "warm-up");  // the energy read below sees the warm-up's end
   const double mj0 = meter.millijoules();
+  std::atomic<bool> stop{false};
+  std::vector<int> clocks;
+  std::vector<long long> reasons;
+  std::thread sampler([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (const int mhz = meter.sm_clock_mhz(); mhz > 0) clocks.push_back(mhz);
+      if (const long long mask = meter.clock_reasons(); mask >= 0) reasons.push_back(mask);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
   check(cudaEventRecord(a, nullptr), "cudaEventRecord");
   for (long i = 0; i < calls; ++i) fn();
   check(cudaEventRecord(b, nullptr), "cudaEventRecord");
-  check(cudaEventSynchronize(b), "sustained run");
+  const cudaError_t done = cudaEventSynchronize(b);
+  stop.store(true, std::memory_order_relaxed);
+  sampler.join();  // before any throw: a joinable thread's destructor would terminate
+  check(done, "sustained run");
   const double mj1 = meter.millijoules();
   float total = 0;
   check(cudaEventElapsedTime(&total, a, b), "cudaEventElapsedTime");
@@ -173,6 +191,19 @@ Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, d
   if (mj0 >= 0 && mj1 > mj0) {
     r.joules = (mj1 - mj0) * 1e-3 / static_cast<double>(calls);
     r.watts = (mj1 - mj0) / total;  // mJ / ms
+  }
+  if (!clocks.empty()) {
+    std::nth_element(clocks.begin(), clocks.begin() + clocks.size() / 2, clocks.end());
+    r.sm_mhz = clocks[clocks.size() / 2];
+  }
+  if (!reasons.empty()) {
+    long capped = 0;
+    r.reasons = 0;
+    for (const long long mask : reasons) {
+      r.reasons |= static_cast<unsigned long long>(mask);
+      capped += (mask & static_cast<long long>(kClockReasonSwPowerCap)) != 0 ? 1 : 0;
+    }
+    r.power_capped = static_cast<double>(capped) / static_cast<double>(reasons.size());
   }
   return r;
 }

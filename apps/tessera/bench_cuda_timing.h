@@ -48,9 +48,13 @@ void fill_random(DeviceBuffer& buf, DType dtype, std::uint64_t seed);
 Row not_run(Row r, const std::exception& e);
 
 // Sustained cost of fn (bench_cuda_timing.cpp says how it is measured); joules and watts -1
-// where the meter has no counter.
+// where the meter has no counter. sm_mhz: the median SM clock sampled during the run, -1 without
+// samples; reasons: the clock event reasons seen in any sample (EnergyMeter's kClockReason*);
+// power_capped: the share of samples with the software power cap among them (-1 without samples).
 struct Sustained {
   double ms = 0, joules = -1, watts = -1;
+  double sm_mhz = -1, power_capped = -1;
+  unsigned long long reasons = 0;
 };
 Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, double warm, double seconds);
 

@@ -8,6 +8,10 @@
 namespace tessera::app::bench {
 
 #if defined(TESSERA_WITH_CUDA)
+namespace {
+constexpr int kNvmlClockSm = 1;  // nvml.h's NVML_CLOCK_SM
+}  // namespace
+
 EnergyMeter::EnergyMeter(int cuda_device) {
   // The library stays loaded for the process (the bench is short-lived).
   void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -23,6 +27,14 @@ EnergyMeter::EnergyMeter(int cuda_device) {
     return;
   unsigned long long mj = 0;
   if (read(device_, &mj) == 0) read_ = read;  // the counter exists on this GPU (Volta and later)
+  const auto clock = reinterpret_cast<ClockFn>(dlsym(lib, "nvmlDeviceGetClockInfo"));
+  unsigned int mhz = 0;
+  if (clock != nullptr && clock(device_, kNvmlClockSm, &mhz) == 0) clock_ = clock;
+  // The reasons' newer name (NVML 12.x), else the older one that drivers still export.
+  auto reasons = reinterpret_cast<ReadFn>(dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons"));
+  if (reasons == nullptr) reasons = reinterpret_cast<ReadFn>(dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+  unsigned long long mask = 0;
+  if (reasons != nullptr && reasons(device_, &mask) == 0) reasons_ = reasons;
 }
 
 double EnergyMeter::millijoules() const {
@@ -30,9 +42,38 @@ double EnergyMeter::millijoules() const {
   if (read_ == nullptr || read_(device_, &mj) != 0) return -1;
   return static_cast<double>(mj);
 }
+
+int EnergyMeter::sm_clock_mhz() const {
+  unsigned int mhz = 0;
+  if (clock_ == nullptr || clock_(device_, kNvmlClockSm, &mhz) != 0) return -1;
+  return static_cast<int>(mhz);
+}
+
+long long EnergyMeter::clock_reasons() const {
+  unsigned long long mask = 0;
+  if (reasons_ == nullptr || reasons_(device_, &mask) != 0) return -1;
+  return static_cast<long long>(mask & 0x7fffffffffffffffULL);
+}
 #else
 EnergyMeter::EnergyMeter(int) {}
 double EnergyMeter::millijoules() const { return -1; }
+int EnergyMeter::sm_clock_mhz() const { return -1; }
+long long EnergyMeter::clock_reasons() const { return -1; }
 #endif
+
+std::string clock_reason_names(unsigned long long mask) {
+  static const struct {
+    unsigned long long bit;
+    const char* name;
+  } kNames[] = {{kClockReasonSwPowerCap, "sw power cap"},
+                {kClockReasonHwSlowdown, "hw slowdown"},
+                {kClockReasonSwThermal, "sw thermal"},
+                {kClockReasonHwThermal, "hw thermal"},
+                {kClockReasonHwPowerBrake, "hw power brake"}};
+  std::string names;
+  for (const auto& n : kNames)
+    if (mask & n.bit) names += (names.empty() ? "" : ", ") + std::string(n.name);
+  return names.empty() ? "none" : names;
+}
 
 }  // namespace tessera::app::bench
