@@ -149,23 +149,21 @@ TEST(PathOverrides, AcceptedValuesMapAndOthersAreRefused) {
                   {"128", "192", "Short", "LONG", "short ", " long", "wide", "auto", "0"});
   expect_message("TESSERA_CUDA_FORWARD_KEY_TILE", dispatch::parse_forward_key_tile, "192",
                  "TESSERA_CUDA_FORWARD_KEY_TILE: expected 'short', 'long' or unset, got '192'");
-  // The sm90 forward's tail-row launch at head_dim 64: on (unset, "1") or off ("0").
-  EXPECT_TRUE(dispatch::parse_forward_tail_rows(nullptr));
-  EXPECT_TRUE(dispatch::parse_forward_tail_rows(""));
-  EXPECT_TRUE(dispatch::parse_forward_tail_rows("1"));
-  EXPECT_FALSE(dispatch::parse_forward_tail_rows("0"));
-  expect_rejected("TESSERA_CUDA_FORWARD_TAIL_ROWS", dispatch::parse_forward_tail_rows,
-                  {"2", "on", "off", "true", " 0", "1 ", "00", "-1"});
-  expect_message("TESSERA_CUDA_FORWARD_TAIL_ROWS", dispatch::parse_forward_tail_rows, "on",
-                 "TESSERA_CUDA_FORWARD_TAIL_ROWS: expected 0, 1 or unset, got 'on'");
-  // A decode-only run's first launch as a programmatic dependent: on (unset, "1") or off ("0").
-  EXPECT_TRUE(dispatch::parse_batch_pdl(nullptr));
-  EXPECT_TRUE(dispatch::parse_batch_pdl(""));
-  EXPECT_TRUE(dispatch::parse_batch_pdl("1"));
-  EXPECT_FALSE(dispatch::parse_batch_pdl("0"));
-  expect_rejected("TESSERA_CUDA_BATCH_PDL", dispatch::parse_batch_pdl, {"2", "on", "off", " 0", "1 ", "00", "-1"});
-  expect_message("TESSERA_CUDA_BATCH_PDL", dispatch::parse_batch_pdl, "on",
-                 "TESSERA_CUDA_BATCH_PDL: expected 0, 1 or unset, got 'on'");
+  // On/off knobs, on when unset or "1", off at "0": the sm90 forward's tail-row launch at head_dim
+  // 64, and a decode-only run's first launch as a programmatic dependent; each knob's own name in
+  // its message.
+  using SwitchParser = bool (*)(const char*);
+  const std::pair<const char*, SwitchParser> switch_knobs[] = {
+      {"TESSERA_CUDA_FORWARD_TAIL_ROWS", dispatch::parse_forward_tail_rows},
+      {"TESSERA_CUDA_BATCH_PDL", dispatch::parse_batch_pdl}};
+  for (const auto& [var, parse] : switch_knobs) {
+    EXPECT_TRUE(parse(nullptr)) << var;
+    EXPECT_TRUE(parse("")) << var;
+    EXPECT_TRUE(parse("1")) << var;
+    EXPECT_FALSE(parse("0")) << var;
+    expect_rejected(var, parse, {"2", "on", "off", "true", " 0", "1 ", "00", "-1"});
+    expect_message(var, parse, "on", std::string(var) + ": expected 0, 1 or unset, got 'on'");
+  }
   // Where the FP8 forward's V^T is made: the host rule (unset), a pass into a workspace, the kernel's warps.
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(nullptr), dispatch::Fp8VTranspose::automatic);
   EXPECT_EQ(dispatch::parse_fp8_v_transpose(""), dispatch::Fp8VTranspose::automatic);
