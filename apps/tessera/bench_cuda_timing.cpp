@@ -150,9 +150,8 @@ Row not_run(Row r, const std::exception& e) {
 // has settled at the clock its power cap allows (the first ~30 ms of a heavy load run at the
 // boost clock). Milliseconds per call from events around the measured calls; joules per call and
 // mean watts from the GPU's energy counter when the meter has one (else -1); the SM clock and
-// the clock event reasons sampled every 5 ms while the measured calls run (a host thread; the
-// launching thread only enqueues, so the samples fall inside the GPU's busy span but for the
-// last few calls still queued when the loop ends).
+// the clock event reasons sampled every 5 ms by a host thread from just before the first measured
+// call until the last one has finished (the launching thread enqueues, then waits for it).
 Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, double warm, double seconds) {
   const double once = cuda_median_ms(fn, 0.0);  // 3 warm-up calls + 5 timed
   const long warm_calls = std::max(1L, static_cast<long>(warm * 1e3 / once));
