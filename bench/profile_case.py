@@ -7,6 +7,7 @@ tokens per batch 16384, heads 2048 / head_dim.
       sequences of random lengths, cu_seqlens on the device, as the bench suite cuda.forward_ragged)
   python3 bench/profile_case.py --d 64 --seq 4096 --window 512   (a sliding window: each query
       sees itself and the 512 keys before it; TFLOP/s over the pairs the window lets through)
+  python3 bench/profile_case.py --d 128 --softcap 30   (scores soft-capped: 30 tanh(s / 30))
 
   python3 bench/profile_case.py --peer cudnn --d 64 --seq 1024 --causal   (torch SDPA's cuDNN
       backend on the same inputs: its kernel for ncu, scripts/ncu-peer)
@@ -45,6 +46,8 @@ def main(argv=None):
                     help="a sliding window (LEFT, 0): query i sees keys i - LEFT .. i (bf16 / fp16, dense)")
     ap.add_argument("--ragged", type=int, default=None, metavar="SEQUENCES",
                     help="forward over 16384 packed tokens split into this many random lengths")
+    ap.add_argument("--softcap", type=float, default=0.0, metavar="C",
+                    help="a soft cap C > 0 on the scores, C tanh(s / C) (tessera's forward, backward, ragged, fp8)")
     ap.add_argument("--lse", action="store_true",
                     help="the forward also returns the LSE (a training forward; bf16 / fp16, dense)")
     ap.add_argument("--peer", choices=["cudnn", "flash"], default=None,
@@ -71,11 +74,14 @@ def main(argv=None):
             ap.error(f"--window: expected the keys before each query (>= 0), got {a.window}")
         if a.ragged is not None or a.dtype == "fp8" or a.causal:
             ap.error("--window: a dense bf16 / fp16 case without --causal or --ragged (the window is causal itself)")
+    if not (a.softcap >= 0.0 and math.isfinite(a.softcap)):
+        ap.error(f"--softcap: a finite cap >= 0 expected (0: none), got {a.softcap}")
     if a.peer is not None and (a.ragged is not None or a.window is not None or a.dtype == "fp8" or a.lse
-                               or a.op != "forward"):
+                               or a.op != "forward" or a.softcap > 0.0):
         given = [f for f, on in (("--ragged", a.ragged is not None), ("--window", a.window is not None),
                                  ("--dtype fp8", a.dtype == "fp8"), ("--lse", a.lse),
-                                 (f"--op {a.op}", a.op != "forward")) if on]
+                                 (f"--op {a.op}", a.op != "forward"), (f"--softcap {a.softcap:g}", a.softcap > 0.0))
+                 if on]
         ap.error(f"--peer {a.peer}: a dense bf16 / fp16 forward expected, got {' '.join(given)}")
     batch, heads = max(1, 16384 // a.seq), 2048 // a.d
     shape = (batch, a.seq, heads, a.d)
@@ -88,7 +94,7 @@ def main(argv=None):
         lengths = (cu[1:] - cu[:-1]).double()
         q, k, v = (torch.randn((total, heads, a.d), device="cuda", dtype=base, generator=g) for _ in range(3))
         cu_dev = cu.cuda()
-        run = lambda: tessera.attention_ragged(q, k, v, cu_dev, cu_dev, causal=a.causal)
+        run = lambda: tessera.attention_ragged(q, k, v, cu_dev, cu_dev, causal=a.causal, softcap=a.softcap)
         a.op, a.seq = "forward_ragged", a.ragged
         # Summed over the sequences; causal counts the l(l+1)/2 unmasked pairs of each sequence.
         pairs = float((lengths * (lengths + 1) / 2).sum() if a.causal else (lengths * lengths).sum())
@@ -114,20 +120,21 @@ def main(argv=None):
         a.op = f"forward[{a.peer}]"
     elif a.dtype == "fp8":
         q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
-        run = lambda: tessera.attention_fp8(q, k, v, causal=a.causal)
+        run = lambda: tessera.attention_fp8(q, k, v, causal=a.causal, softcap=a.softcap)
     elif a.op == "forward":
-        run = lambda: tessera.attention(q, k, v, causal=a.causal, window=window, return_lse=a.lse)
+        run = lambda: tessera.attention(q, k, v, causal=a.causal, window=window, softcap=a.softcap, return_lse=a.lse)
     else:
-        out, lse = tessera.attention(q, k, v, causal=a.causal, window=window, return_lse=True)
+        out, lse = tessera.attention(q, k, v, causal=a.causal, window=window, softcap=a.softcap, return_lse=True)
         dout = torch.randn_like(out)
-        run = lambda: tessera.attention_backward(q, k, v, out, dout, lse, causal=a.causal, window=window)
+        run = lambda: tessera.attention_backward(q, k, v, out, dout, lse, causal=a.causal, window=window,
+                                                 softcap=a.softcap)
     run()  # warm-up (module load, first-touch)
     calls = 1
     if a.timing == "queued":  # one call alone sizes the samples
         calls = max(1, min(10000, math.ceil(a.sample_ms / max(time_calls(run, 1), 1e-3))))
     times = [time_calls(run, calls) for _ in range(a.iters)]
     ms = sorted(times)[len(times) // 2]
-    shown = f" window={a.window}" if a.window is not None else ""
+    shown = (f" window={a.window}" if a.window is not None else "") + (f" softcap={a.softcap:g}" if a.softcap else "")
     queued = f" samples of {calls} queued calls" if a.timing == "queued" else ""
     print(f"{a.op} {a.dtype} d{a.d} seq{a.seq} causal={int(a.causal)}{shown}: median {ms:.3f} ms of {a.iters}{queued} "
           f"({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
