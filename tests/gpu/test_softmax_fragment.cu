@@ -67,11 +67,12 @@ __global__ void softmax_tiles_kernel(int tiles, float w, float lazy_log2, int vo
       for (int e = 0; e < 4; ++e) s[n][e] = crafted_score(g + 8 * (e >> 1), 8 * n + 2 * q + (e & 1), i, steep);
     float alpha[2];
     const bool masked = begins != nullptr && i * kTile < last_begin;
+    const cuda::SoftcapScore no_cap{};
     const bool rescale =
         kFirst && i == 0
-            ? cuda::scores_to_weights<kTile, kLazy, true>(s, rows, keys, masked, i * kTile, q, 1.0f, 1.0f, 0.0f, alpha,
-                                                          w, lazy_log2, g < votes_from_row, g + 8 < votes_from_row)
-            : cuda::scores_to_weights<kTile, kLazy>(s, rows, keys, masked, i * kTile, q, 1.0f, 1.0f, 0.0f, alpha, w,
+            ? cuda::scores_to_weights<kTile, kLazy, true>(s, rows, keys, masked, i * kTile, q, 1.0f, no_cap, alpha, w,
+                                                          lazy_log2, g < votes_from_row, g + 8 < votes_from_row)
+            : cuda::scores_to_weights<kTile, kLazy>(s, rows, keys, masked, i * kTile, q, 1.0f, no_cap, alpha, w,
                                                     lazy_log2, g < votes_from_row, g + 8 < votes_from_row);
     if (rescale) {
       o[0] *= alpha[0];
@@ -283,7 +284,7 @@ __global__ void masked_tile_kernel(const int* ranges, int n0, float* weights) {
   for (int n = 0; n < kTile / 8; ++n)
     for (int e = 0; e < 4; ++e) s[n][e] = 0.25f * static_cast<float>((8 * n + 2 * q + (e & 1) + g) % 5);
   float alpha[2];
-  cuda::scores_to_weights<kTile, false, false, kInFrame>(s, rows, keys, true, n0, q, 1.0f, 1.0f, 0.0f, alpha);
+  cuda::scores_to_weights<kTile, false, false, kInFrame>(s, rows, keys, true, n0, q, 1.0f, cuda::SoftcapScore{}, alpha);
   for (int n = 0; n < kTile / 8; ++n)
     for (int e = 0; e < 4; ++e) weights[(g + 8 * (e >> 1)) * kTile + 8 * n + 2 * q + (e & 1)] = s[n][e];
 }

@@ -22,6 +22,7 @@
 #include "cuda/batch/batch_args.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/batch/trace.h"
+#include "cuda/common/softcap_score.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
@@ -241,12 +242,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Tr::kWarpN / 8][4], std:
   constexpr int NT = Tr::kWarpN / 8;
   float mul = a.scale_log2;
   if (a.softcap > 0.0f) {
-    // t = c tanh(s scale / c) log2 e (math::apply_softcap, with the division by c folded into
-    // one multiplier; differs by rounding only), then the mask (soft cap first).
+    // t = c tanh(s scale / c) log2 e in the kernels' one form (softcap_score.cuh; the host made
+    // its two factors), then the mask (soft cap first).
+    const SoftcapScore capped{a.scale_over_cap, a.softcap_log2};
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = a.softcap_log2 * tanhf(s[n][e] * a.scale_over_cap);
+      for (int e = 0; e < 4; ++e) s[n][e] = capped(s[n][e]);
     mul = 1.0f;
   }
   if (masked) {

@@ -48,7 +48,7 @@ struct BatchArgs {
   float scale = 1.0f;       // resolved softmax scale
   float scale_log2 = 1.0f;  // scale * log2(e)
   float softcap = 0.0f;     // 0 = off
-  float scale_over_cap = 0.0f;  // scale / softcap (softcap > 0)
+  float scale_over_cap = 0.0f;  // scale / softcap (softcap > 0; SoftcapScore, softcap_score.cuh)
   float softcap_log2 = 0.0f;    // softcap * log2(e)
   bool causal = false;
   int window_left = -1;

@@ -19,6 +19,7 @@
 #include "cuda/batch/batch_attention.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
+#include "cuda/common/softcap_score.cuh"
 #include "cuda/common/device_scope.h"
 #include "cuda/common/stream_capture.h"
 #include "dispatch/path_override.h"
@@ -304,8 +305,9 @@ void batch_attention_run(const BatchRunParams& p) {
   a.scale_log2 = p.mask.scale * math::kLog2e;
   a.softcap = p.mask.softcap;
   if (p.mask.softcap > 0.0f) {
-    a.scale_over_cap = p.mask.scale / p.mask.softcap;
-    a.softcap_log2 = p.mask.softcap * math::kLog2e;
+    const SoftcapScore capped = SoftcapScore::make(p.mask.scale, p.mask.softcap);
+    a.scale_over_cap = capped.scale_over_cap;
+    a.softcap_log2 = capped.cap_log2;
   }
   a.causal = p.mask.causal;
   a.window_left = p.mask.window_left;

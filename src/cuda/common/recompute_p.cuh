@@ -10,14 +10,13 @@
 #include <math.h>
 
 #include "cuda/common/fast_math.cuh"
+#include "cuda/common/softcap_score.cuh"
 
 namespace tessera::cuda {
 
 // The score of s = q.k in log2 units, as the forward exponentiated it.
 __device__ __forceinline__ float score_log2(float s, bool softcap_on, float scale, float scale_log2, float softcap) {
-  const float cap_log2 = softcap * 1.4426950408889634f;
-  const float scale_over_cap = softcap_on ? scale / softcap : 0.0f;
-  return softcap_on ? cap_log2 * tanhf(s * scale_over_cap) : s * scale_log2;
+  return softcap_on ? SoftcapScore::make(scale, softcap)(s) : s * scale_log2;
 }
 
 // P of a score in log2 units; 0 where the key is masked for the row.

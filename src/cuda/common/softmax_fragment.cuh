@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/common/fast_math.cuh"
+#include "cuda/common/softcap_score.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
 #include "math/mask.h"
@@ -27,6 +28,8 @@ namespace tessera::cuda {
 // partial l, the quad's parts are summed at the end) and alpha[h] is the factor by which row h's
 // O accumulator must be multiplied. `masked` false: the whole tile is visible to every row;
 // `masked` must be the same in every lane of the warp (the mask votes).
+// capped: the soft cap (softcap_score.cuh's form, or any type with on() and the score in log2
+// units as operator()); capped.on() false: no soft cap, and t = s * scale_log2.
 // log2_weight_scale w: the weights come out as 2^w exp2(t - m) (fp8 P needs them away from the
 // bottom of its range); l then sums the scaled weights, and the caller divides out 2^w.
 //
@@ -47,20 +50,21 @@ namespace tessera::cuda {
 // kMaskInThreadFrame: the mask's form (below; both exact). The sm90 forward takes the frame form
 // (d64 causal 512-1024 5-11 % faster); the portable forward keeps the per-score form, which the
 // frame form made 2 % slower there (d128 causal 4k; bench/RESULTS.md, twenty-seventh session).
-template <int kBlockN, bool kLazyRescale = false, bool kFirstTile = false, bool kMaskInThreadFrame = false>
+template <int kBlockN, bool kLazyRescale = false, bool kFirstTile = false, bool kMaskInThreadFrame = false,
+          typename Softcap = SoftcapScore>
 __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], math::OnlineSoftmaxRow (&rows)[2],
                                                   const math::KeyRange (&keys)[2], bool masked, int n0, int q,
-                                                  float scale, float scale_log2, float softcap, float (&alpha)[2],
+                                                  float scale_log2, const Softcap& capped, float (&alpha)[2],
                                                   float log2_weight_scale = 0.0f, float lazy_log2 = 0.0f,
                                                   bool vote0 = true, bool vote1 = true) {
   // After this block, t = s * mul is the score in base-2 units. Without a soft cap the
   // multiply is folded into the exponent's FFMA below.
   float mul = scale_log2;
-  if (softcap > 0.0f) {
+  if (capped.on()) {
 #pragma unroll
     for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = math::apply_softcap(s[n][e] * scale, softcap) * math::kLog2e;
+      for (int e = 0; e < 4; ++e) s[n][e] = capped(s[n][e]);
     mul = 1.0f;
   }
   // Soft cap first, then the mask: masked scores become -inf whatever the cap made of them.

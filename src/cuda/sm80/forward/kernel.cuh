@@ -151,7 +151,8 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, FwdTraits<kHead
         keys[0] = sKeys[(2 * ra) * Tr::kThreads + tid];
         keys[1] = sKeys[(2 * ra + 1) * Tr::kThreads + tid];
       }
-      softmax_tile<T, BN, D>(s[ra], p[ra], o[ra], rows[ra], keys, masked, n0, q, a.scale, a.scale_log2, a.softcap);
+      softmax_tile<T, BN, D>(s[ra], p[ra], o[ra], rows[ra], keys, masked, n0, q, a.scale_log2,
+                             DividingSoftcap{a.scale, a.softcap});
     }
     gemm_pv<Tr, kBf16>(o, p, va);
   }

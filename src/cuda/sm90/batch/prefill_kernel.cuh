@@ -389,8 +389,8 @@ __device__ __forceinline__ void prefill_body(const batch::BatchArgs& a) {
       const bool masked = !(full.begin <= n0 && n0 + BN <= full.end);
       // Lazy rescale as in the forward (softmax_fragment.cuh): O is rescaled only when a row of
       // the warp rises past its kept max by 2^8 (P <= 256).
-      rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, a.scale, a.scale_log2, a.softcap, alpha,
-                                              0.0f, 8.0f);
+      rescale_o = scores_to_weights<BN, true>(s, rows, keys, masked, n0, q, a.scale_log2,
+                                              SoftcapScore{a.scale_over_cap, a.softcap_log2}, alpha, 0.0f, 8.0f);
     };
     auto release = [&](std::uint32_t bar) {
       __syncwarp();

@@ -35,6 +35,10 @@ struct FwdArgs {
   float scale = 1.0f;
   float scale_log2 = 1.0f;
   float softcap = 0.0f;
+  // softcap > 0: its factors, scale / softcap and softcap * log2(e) (SoftcapScore,
+  // cuda/common/softcap_score.cuh); FP8 tiles multiply the first by their descales.
+  float scale_over_cap = 0.0f;
+  float softcap_log2 = 0.0f;
   bool causal = false;
   int window_left = -1;
   int window_right = -1;

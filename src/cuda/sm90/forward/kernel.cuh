@@ -517,16 +517,18 @@ __global__ void __launch_bounds__(
     auto& s_flat = reinterpret_cast<float(&)[BN / 2]>(s);
     auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
 
-    // FP8: the q and k descales of the tile's (sequence, kv head) fold into the score scale.
-    float scale = a.scale, scale_log2 = a.scale_log2;
+    // FP8: the q and k descales of the tile's (sequence, kv head) fold into the score scale (and
+    // the soft cap's, softcap_score.cuh).
+    float scale_log2 = a.scale_log2;
+    SoftcapScore capped{a.scale_over_cap, a.softcap_log2};
     if constexpr (kFp8) {
       const int h_kv = a.group_div.div(tc.head);
       // Floored at 2^-60 (factors are >= 0): a zero factor (an all-zero head) must give scores of
       // ~0, i.e. uniform weights, while masked scores stay -inf; a multiplier of exactly 0 would
       // turn them into -inf * 0 = NaN in the exponent's FFMA.
       const float qk = fmaxf(a.q_descale.at(tc.seq, h_kv) * a.k_descale.at(tc.seq, h_kv), 0x1p-60f);
-      scale *= qk;
       scale_log2 *= qk;
+      capped.scale_over_cap *= qk;
     }
 
     // S = Q K^T over head_dim in 32-byte k steps (k16 for 16-bit types, k32 for e4m3): panel
@@ -589,10 +591,10 @@ __global__ void __launch_bounds__(
       // take the general form. The mask in the thread's frame (softmax_fragment.cuh).
       const bool vote0 = row < tc.q_len, vote1 = row + 8 < tc.q_len;
       if (!kTailRows && i == 0)
-        rescale_o = scores_to_weights<BN, true, true, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap,
+        rescale_o = scores_to_weights<BN, true, true, true>(s, rows, keys, masked, n0, q, scale_log2, capped,
                                                             alpha, kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
       else
-        rescale_o = scores_to_weights<BN, true, false, true>(s, rows, keys, masked, n0, q, scale, scale_log2, a.softcap,
+        rescale_o = scores_to_weights<BN, true, false, true>(s, rows, keys, masked, n0, q, scale_log2, capped,
                                                              alpha, kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
     };
     auto pack = [&] {

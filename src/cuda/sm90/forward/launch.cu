@@ -16,6 +16,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/device_scope.h"
 #include "cuda/common/scratch_pool.h"
+#include "cuda/common/softcap_score.cuh"
 #include "cuda/primitives/sm90/tensor_map.h"
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/forward_sm90.h"
@@ -292,6 +293,11 @@ bool run_forward(const AttentionParams& p) {
   a.scale = p.mask.scale;
   a.scale_log2 = p.mask.scale * math::kLog2e;
   a.softcap = p.mask.softcap;
+  if (p.mask.softcap > 0.0f) {
+    const SoftcapScore capped = SoftcapScore::make(p.mask.scale, p.mask.softcap);
+    a.scale_over_cap = capped.scale_over_cap;
+    a.softcap_log2 = capped.cap_log2;
+  }
   a.causal = p.mask.causal;
   a.window_left = p.mask.window_left;
   a.window_right = p.mask.window_right;
