@@ -1,4 +1,5 @@
-"""A model of the sm90 forward kernel's synchronisation (src/cuda/sm90/forward/kernel.cuh), run
+"""A model of the sm90 forward kernel's synchronisation (src/cuda/sm90/forward/kernel.cuh; its
+producer warpgroup in producer.cuh, the barriers and the tile ring in smem_layout.cuh), run
 under random interleavings: the producer thread (TMA issue for Q and the K/V ring), the FP8
 V-transposing warps, the consumer warpgroups (two, or three at head_dim 64) with their round-robin
 pingpong turns, mbarrier phases and

@@ -7,7 +7,9 @@
 // 1025-4096 keys, or any under TESSERA_CUDA_D128_WARPGROUPS=3) consumer warpgroups run S = Q K^T
 // and O += P V on wgmma with the online
 // softmax in registers.
-// See kernel_traits.cuh for tiles and layout, forward_args.h for the arguments.
+// See kernel_traits.cuh for tiles and layout, smem_layout.cuh for the shared-memory addresses, the
+// barriers and the tile ring, producer.cuh for the producer warpgroup's code, forward_args.h for
+// the arguments. This file: the barriers' set-up, the split into roles, and the consumers.
 //
 // Consumer loop (intra-warpgroup overlap): while the tensor cores compute S_i = Q K_i^T and
 // O += P_{i-1} V_{i-1}, nothing waits; after S_i lands the softmax turns it into weights, and
@@ -47,6 +49,8 @@
 #include "cuda/sm90/forward/forward_args.h"
 #include "cuda/sm90/forward/fp8_operands.cuh"
 #include "cuda/sm90/forward/kernel_traits.cuh"
+#include "cuda/sm90/forward/producer.cuh"
+#include "cuda/sm90/forward/smem_layout.cuh"
 #include "cuda/sm90/forward/tile_coords.cuh"
 #include "math/mask.h"
 #include "math/online_softmax.h"
@@ -63,34 +67,6 @@ constexpr std::uint32_t kTurnBarrier0 = 4;
 // the merge slots (full), and warpgroup 0 has read the previous tile's (empty).
 constexpr std::uint32_t kMergeFullBarrier = 7;
 constexpr std::uint32_t kMergeEmptyBarrier = 8;
-
-// One box of a tile: rank 4 (dense: column, row, head, sequence) or 3 (ragged: column, packed
-// row, head).
-__device__ __forceinline__ void load_box(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, bool ragged,
-                                         int col, int row, int head, int seq) {
-  if (ragged) tma_load_3d(dst, map, bar, col, row, head);
-  else tma_load_4d(dst, map, bar, col, row, head, seq);
-}
-
-// 32-bit shared-memory load and store (ld/st.shared.u32). Volatile asm: the value another
-// thread publishes is read after the mbarrier wait that orders it, not hoisted above it.
-__device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
-  std::uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_shared_u32(std::uint32_t addr, std::uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-// 16-byte shared-memory load and store (ld/st.shared.v4.u32), volatile as above.
-__device__ __forceinline__ uint4 ld_shared_v4_u32(std::uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_shared_v4_u32(std::uint32_t addr, int x, int y, int z, int w) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
-}
 
 // Releases a ring stage: every consumer warp arrives once (the empty barriers count warps),
 // after its own wgmma reading the stage has completed.
@@ -137,93 +113,13 @@ __global__ void __launch_bounds__(
   const std::uint32_t raw_addr = smem_u32(smem_raw);
   const std::uint32_t base = (raw_addr + 1023u) & ~1023u;
   unsigned char* base_ptr = smem_raw + (base - raw_addr);
+  const FwdSmem<Tr> sm(base);  // the Q buffers, the K/V ring, the barriers, the tile ring (smem_layout.cuh)
   constexpr int QB = Tr::kQBuffers;
-  auto sQ = [&](int buf) { return base + Tr::kQOffset + static_cast<std::uint32_t>(buf * Tr::kQBytes); };
-  auto sK = [&](int stage) { return base + Tr::kKOffset + static_cast<std::uint32_t>(stage * Tr::kKVTileBytes); };
-  auto sV = [&](int stage) { return base + Tr::kVOffset + static_cast<std::uint32_t>(stage * Tr::kKVTileBytes); };
-  const std::uint32_t bars = base + Tr::kBarrierOffset;
-  // Q tile r (the r-th this CTA loads) goes to buffer r % QB; its barriers' phase is r / QB.
-  // With one Q buffer each consumer warpgroup's 64 rows have their own pair: a warpgroup's rows
-  // of the next Q load as soon as it has staged and stored its own O there, under the other
-  // warpgroups' last turns and epilogues, instead of after every warpgroup's epilogue. (With
-  // two, the next Q loads under this tile anyway: one pair per buffer.)
   constexpr int W = Tr::kConsumerWarpgroups;
   constexpr int QG = Tr::kQGroups;  // Q barrier pairs per buffer: W or 1
-  auto q_full = [&](int buf, int wg) { return bars + 8u * (buf * QG + (QG == 1 ? 0 : wg)); };
-  auto q_empty = [&](int buf, int wg) { return bars + 8u * (QB * QG + buf * QG + (QG == 1 ? 0 : wg)); };
-  constexpr int QBar = Tr::kQBarriers;
-  auto k_full = [&](int stage) { return bars + 8u * (QBar + stage); };
-  auto k_empty = [&](int stage) { return bars + 8u * (QBar + S + stage); };
-  auto v_full = [&](int stage) { return bars + 8u * (QBar + 2 * S + stage); };
-  auto v_empty = [&](int stage) { return bars + 8u * (QBar + 3 * S + stage); };
-  auto vt_full = [&](int stage) { return bars + 8u * (QBar + 4 * S + stage); };
-  auto vt_empty = [&](int stage) { return bars + 8u * (QBar + 5 * S + stage); };
-  // The tile ring: the producer thread publishes each tile it takes (the next by a static
-  // stride, or from the launch's global counter) in slot r % 2: its index, and where
-  // kOriginFromSlot (below) its origin (tile_coords.cuh: first row, head, sequence); every
-  // consumer warp and transposing warp reads the slot and releases it. A tile index >=
-  // num_tiles ends the walk. Readers given the origin derive the rest of the coordinates from
-  // it: recomputing it from the index took a chain of divisions at the start of every tile
-  // (twenty-fifth session's ncu of d64 causal 1k).
   constexpr int kSlots = Tr::kTileSlots;
-  constexpr int kStageBars = (kFp8 ? 6 : 4) * S;
-  auto tile_full = [&](int slot) { return bars + 8u * (QBar + kStageBars + slot); };
-  auto tile_empty = [&](int slot) { return bars + 8u * (QBar + kStageBars + kSlots + slot); };
-  // (32-bit shared addresses: a generic pointer kept live through the loop cost spills.)
-  auto tile_slot = [&](int slot) {
-    return base + Tr::kTileSlotOffset + static_cast<std::uint32_t>(Tr::kTileSlotBytes * slot);
-  };
-  // Readers' side: lane 0 of each warp waits for tile index r, reads it and gives the slot back
-  // (one arrival per warp), then broadcasts it. The read and the release in one thread, in
-  // program order: the arrive's release semantics alone order the read before the producer's
-  // next write to the slot (with every lane reading, that order went through __syncwarp, which
-  // compute-sanitizer racecheck does not model: it reported the slot as a race).
-  // Returns the tile index; where the slot holds the tile's origin (Tr::kOriginInSlot), o gets it.
   constexpr bool kOriginFromSlot = Tr::kOriginInSlot;
-  // The slot holds m0, head and sequence, and where the launch may split its tail (kSplit) the
-  // split tile's index and part; tile-row instances keep the index (tile_origin's kTailRows).
   static_assert(!kOriginFromSlot || !kTailRows, "the tile slot's origin: no tail-row instance");
-  auto read_tile = [&](int r, int lane, TileOrigin& o) {
-    if constexpr (kOriginFromSlot) {
-      uint4 w0 = {}, w1 = {};
-      if (lane == 0) {
-        mbarrier_wait_parity(tile_full(r % kSlots), (r / kSlots) & 1);
-        w0 = ld_shared_v4_u32(tile_slot(r % kSlots));
-        if constexpr (kSplit) w1 = ld_shared_v4_u32(tile_slot(r % kSlots) + 16u);
-        mbarrier_arrive(tile_empty(r % kSlots));
-      }
-      // The warp reconverges here before the shuffles. Without it ptxas could not prove them
-      // converged. It then guarded every later shuffle with a BRA.DIV check and gave up the
-      // consumers' uniform registers: the masked d64 origin lost 2-4 % that way (twenty-sixth
-      // session; forward_sm90.md, twenty-seventh session). scripts/sass_uniform.py checks it.
-      __syncwarp();
-      auto from_lane0 = [](unsigned v) { return static_cast<int>(__shfl_sync(0xffffffffu, v, 0)); };
-      o.m0 = from_lane0(w0.y);
-      o.head = from_lane0(w0.z);
-      o.seq = from_lane0(w0.w);
-      if constexpr (kSplit) {
-        o.split = from_lane0(w1.x);
-        o.part = from_lane0(w1.y);
-      }
-      return from_lane0(w0.x);
-    } else {
-      int tile = 0;
-      if (lane == 0) {
-        mbarrier_wait_parity(tile_full(r % kSlots), (r / kSlots) & 1);
-        tile = static_cast<int>(ld_shared_u32(tile_slot(r % kSlots)));
-        mbarrier_arrive(tile_empty(r % kSlots));
-      }
-      return __shfl_sync(0xffffffffu, tile, 0);
-    }
-  };
-  // The coordinates of a tile read from the ring (an active one: the producer skips others).
-  auto coords_of = [&](int tile, const TileOrigin& o) {
-    if constexpr (kOriginFromSlot) return tile_coords_at<BM, BN, kMasked, kSplit>(a, o);
-    else return tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile);
-  };
-  auto sVt = [&](int stage) { return base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes); };
-  // kPInSmem: consumer warpgroup wg's P buffer.
-  auto sP = [&](int wg) { return base + Tr::kPOffset + static_cast<std::uint32_t>(wg * Tr::kPBytes); };
   const int num_tiles = a.num_tiles;
   const bool ragged = a.cu_seqlens_q != nullptr;
   // One tile per CTA (masked or ragged launches without the tile counter): the CTA of an empty
@@ -240,25 +136,25 @@ __global__ void __launch_bounds__(
   if (threadIdx.x == 0) {
     for (int b = 0; b < QB; ++b) {
       for (int wg = 0; wg < QG; ++wg) {
-        mbarrier_init(q_full(b, wg), 1);
-        mbarrier_init(q_empty(b, wg), W / QG);  // thread 0 of each warpgroup, after its epilogue
+        mbarrier_init(sm.q_full(b, wg), 1);
+        mbarrier_init(sm.q_empty(b, wg), W / QG);  // thread 0 of each warpgroup, after its epilogue
       }
     }
     for (int s = 0; s < S; ++s) {
-      mbarrier_init(k_full(s), 1);
-      mbarrier_init(v_full(s), 1);
-      mbarrier_init(k_empty(s), Tr::kConsumerWarps);
+      mbarrier_init(sm.k_full(s), 1);
+      mbarrier_init(sm.v_full(s), 1);
+      mbarrier_init(sm.k_empty(s), Tr::kConsumerWarps);
       // FP8: the transposing warps free the V tile, the consumers the transposed one (V^T-only:
       // no V stage, the barrier unused; a count of 0 is not allowed).
-      mbarrier_init(v_empty(s), kFp8 ? (Tr::kTransposing ? Tr::kTransposeWarps : 1) : Tr::kConsumerWarps);
+      mbarrier_init(sm.v_empty(s), kFp8 ? (Tr::kTransposing ? Tr::kTransposeWarps : 1) : Tr::kConsumerWarps);
       if constexpr (kFp8) {
-        mbarrier_init(vt_full(s), vt_global() ? 1 : Tr::kTransposeWarps);  // the TMA's one arrival, or each warp's
-        mbarrier_init(vt_empty(s), Tr::kConsumerWarps);
+        mbarrier_init(sm.vt_full(s), vt_global() ? 1 : Tr::kTransposeWarps);  // the TMA's one arrival, or each warp's
+        mbarrier_init(sm.vt_empty(s), Tr::kConsumerWarps);
       }
     }
     for (int slot = 0; slot < kSlots; ++slot) {
-      mbarrier_init(tile_full(slot), 1);
-      mbarrier_init(tile_empty(slot), Tr::kConsumerWarps + Tr::kTransposeWarps);
+      mbarrier_init(sm.tile_full(slot), 1);
+      mbarrier_init(sm.tile_empty(slot), Tr::kConsumerWarps + Tr::kTransposeWarps);
     }
     fence_mbarrier_init();
   }
@@ -272,127 +168,9 @@ __global__ void __launch_bounds__(
     // buffers, the one of the tile before this one, long done; with one, this one, each
     // warpgroup's rows after its own epilogue has staged O in them) ----
     setmaxnreg_dec<Tr::kProducerRegs>();
-    if (threadIdx.x == 0) {
-      prefetch_tensor_map(&a.map_q);
-      prefetch_tensor_map(&a.map_k);
-      if (vt_global()) prefetch_tensor_map(&a.map_vt);
-      else prefetch_tensor_map(&a.map_v);
-      int it = 0;       // K/V tiles loaded so far (ring position)
-      int q_round = 0;  // Q tiles loaded so far
-      // The tile after `tile`: a static stride, or the next index of the launch's counter
-      // (dynamic: whichever CTA is free takes the next tile, in index order, as a grid of one
-      // CTA per tile would be scheduled, without a CTA launch per tile).
-      // 64-bit sums clamped to num_tiles: no int overflow near the end of a large tile space.
-      // The tail-row launch of a pair (launch.cu) takes every tile from the counter, its first
-      // included: its CTAs start at different times (on the SMs the whole blocks' last round
-      // frees), and a fixed first tile would wait for its CTA to start.
-      auto next_tile = [&](int tile) {
-        const long long next = a.tile_counter == nullptr
-                                   ? static_cast<long long>(tile) + gridDim.x
-                                   : static_cast<long long>(kTailRows ? 0u : gridDim.x) + atomicAdd(a.tile_counter, 1u);
-        return static_cast<int>(next < num_tiles ? next : num_tiles);
-      };
-      // q_round (one Q load per tile) is also the tile ring's position.
-      for (int tile = kTailRows && a.tile_counter != nullptr ? next_tile(0) : static_cast<int>(blockIdx.x);;) {
-        TileCoords tc;
-        [[maybe_unused]] TileOrigin o;
-        if constexpr (kOriginFromSlot) {
-          while (tile < num_tiles && !(tc = tile_coords_at<BM, BN, kMasked, kSplit>(a, o = tile_origin<BM, kSplit, kTailRows, false>(a, tile))).active)
-            tile = next_tile(tile);
-        } else {
-          while (tile < num_tiles && !(tc = tile_coords<BM, BN, kMasked, kSplit, kTailRows, false>(a, tile)).active) tile = next_tile(tile);
-        }
-        mbarrier_wait_parity(tile_empty(q_round % kSlots), ((q_round / kSlots) & 1) ^ 1);
-        if constexpr (kOriginFromSlot) {
-          st_shared_v4_u32(tile_slot(q_round % kSlots), tile < num_tiles ? tile : num_tiles, o.m0, o.head, o.seq);
-          if constexpr (kSplit) st_shared_v4_u32(tile_slot(q_round % kSlots) + 16u, o.split, o.part, 0, 0);
-        } else {
-          st_shared_u32(tile_slot(q_round % kSlots), static_cast<std::uint32_t>(tile < num_tiles ? tile : num_tiles));
-        }
-        mbarrier_arrive(tile_full(q_round % kSlots));  // release: the readers see the slot's value
-        if (tile >= num_tiles) break;
-        // Only what the loads need stays live (the producer runs on kProducerRegs registers).
-        const int h_kv = tc.head / a.group, head = tc.head, seq = tc.seq, q_row = tc.q_row0 + tc.m0;
-        const int k_row = tc.k_row0 + tc.n_begin * BN, n_tiles = tc.n_tiles;
-        auto load_q = [&] {
-          const int qb = q_round % QB;
-          // kQBoxRows-row boxes; with one Q buffer warpgroup by warpgroup (pingpong usually
-          // gives them back in that order; any order is correct). Tail rows: the tile's first
-          // 64 rows (the only ones inside the sequence) into every warpgroup's part.
-#pragma unroll
-          for (int wg = 0; wg < W; ++wg) {
-            if (QG > 1 || wg == 0) {
-              mbarrier_wait_parity(q_empty(qb, wg), ((q_round / QB) & 1) ^ 1);
-              mbarrier_arrive_expect_tx(q_full(qb, wg), Tr::kQBytes / QG);
-            }
-#pragma unroll
-            for (int p = 0; p < Tr::kPanels; ++p)
-              load_box(sQ(qb) + p * Tr::kQPanelBytes + kQBoxRows * 128u * wg, &a.map_q, q_full(qb, wg), ragged,
-                       Tr::kPanelCols * p, q_row + (kTailRows ? 0 : kQBoxRows * wg), head, seq);
-          }
-          ++q_round;
-        };
-        auto load_k = [&](int i) {
-          const int stage = ring_stage<S>(it);
-          mbarrier_wait_parity(k_empty(stage), ring_phase<S>(it) ^ 1);  // round 0 passes at once
-          mbarrier_arrive_expect_tx(k_full(stage), Tr::kKVTileBytes);
-#pragma unroll
-          for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sK(stage) + p * Tr::kKVPanelBytes, &a.map_k, k_full(stage), ragged, Tr::kPanelCols * p,
-                     k_row + i * BN, h_kv, seq);
-        };
-        // The first K tile goes before Q: it needs no epilogue to have finished.
-        if (n_tiles > 0) load_k(0);
-        load_q();
-        for (int i = 0; i < n_tiles; ++i, ++it) {
-          const int stage = ring_stage<S>(it);
-          const std::uint32_t parity = ring_phase<S>(it) ^ 1;  // round 0 passes at once
-          const int row = k_row + i * BN;
-          if (i > 0) load_k(i);
-          if constexpr (kFp8) {
-            if (vt_global()) {  // V^T ready in global memory: straight into the P V operand's stage
-              mbarrier_wait_parity(vt_empty(stage), parity);
-              mbarrier_arrive_expect_tx(vt_full(stage), Tr::kVtTileBytes);
-              tma_load_4d(sVt(stage), &a.map_vt, vt_full(stage), row, 0, h_kv, seq);
-              continue;
-            }
-          }
-          mbarrier_wait_parity(v_empty(stage), parity);
-          mbarrier_arrive_expect_tx(v_full(stage), Tr::kKVTileBytes);
-#pragma unroll
-          for (int p = 0; p < Tr::kPanels; ++p)
-            load_box(sV(stage) + p * Tr::kKVPanelBytes, &a.map_v, v_full(stage), ragged, Tr::kPanelCols * p, row, h_kv, seq);
-        }
-        tile = next_tile(tile);
-      }
-    }
+    if (threadIdx.x == 0) produce_tiles<kMasked, kTailRows>(a, sm);
     if constexpr (Tr::kTransposing) {
-      // Warps 1-3: V -> V^T for every K/V tile, in the order the TMA thread loads them.
-      if (threadIdx.x >= 32) {
-        const int lane = threadIdx.x % 32;
-        int it = 0;
-        for (int r = 0;; ++r) {
-          TileOrigin o;
-          const int tile = read_tile(r, lane, o);
-          if (tile >= num_tiles) break;
-          if (a.vt_global) continue;  // the producer loads V^T: only the tile ring to keep up with
-          const TileCoords tc = coords_of(tile, o);
-          for (int i = 0; i < tc.n_tiles; ++i, ++it) {
-            const int stage = ring_stage<S>(it);
-            const std::uint32_t parity = ring_phase<S>(it);
-            mbarrier_wait_parity(v_full(stage), parity);
-            mbarrier_wait_parity(vt_empty(stage), parity ^ 1);
-            transpose_v_tile<Tr>(sV(stage), base + Tr::kVtOffset + static_cast<std::uint32_t>(stage * Tr::kVtTileBytes),
-                                 threadIdx.x / 32 - 1, Tr::kTransposeWarps, lane);
-            fence_proxy_async_shared_cta();  // wgmma reads V^T through the async proxy
-            __syncwarp();
-            if (lane == 0) {
-              mbarrier_arrive(vt_full(stage));
-              mbarrier_arrive(v_empty(stage));
-            }
-          }
-        }
-      }
+      if (threadIdx.x >= 32) transpose_tiles<kMasked, kTailRows>(a, sm);
     }
     return;
   }
@@ -465,16 +243,16 @@ __global__ void __launch_bounds__(
     if constexpr (kDeferQRelease) {
       if (pending_q >= 0 && t == 0) {
         tma_store_wait_read<0>();
-        mbarrier_arrive(q_empty(pending_q, c));
+        mbarrier_arrive(sm.q_empty(pending_q, c));
       }
       pending_q = -1;
     }
   };
   for (;;) {  // q_round counts the tiles taken so far: the tile ring's position too
     TileOrigin origin;
-    const int tile = read_tile(q_round, lane, origin);
+    const int tile = sm.template read_tile<kSplit>(q_round, lane, origin);
     if (tile >= num_tiles) break;
-    const TileCoords tc = coords_of(tile, origin);
+    const TileCoords tc = ring_tile_coords<BM, BN, kMasked, kSplit, kTailRows, kOriginFromSlot>(a, tile, origin);
     const int qb = q_round % QB;  // this tile's Q buffer (and O staging buffer)
     unsigned char* q_ptr = base_ptr + Tr::kQOffset + qb * Tr::kQBytes;
     const int wg_row0 = tc.m0 + 64 * c;        // first row of the warpgroup (sequence-relative)
@@ -539,9 +317,9 @@ __global__ void __launch_bounds__(
       // 64-bit descriptors from being hoisted into vector registers, which spilled in the masked
       // d64 instances; that also forced ~40 R2UR / MOV / IADD3 per tile between the turn and
       // the last wgmma. With uniform descriptors no instance spills.)
-      const std::uint32_t q_addr = sQ(qb) + 64u * 128u * c;
+      const std::uint32_t q_addr = sm.q(qb) + 64u * 128u * c;
       const std::uint64_t dq = make_smem_desc_sw128_kmajor(q_addr);
-      const std::uint64_t dk = make_smem_desc_sw128_kmajor(sK(stage));
+      const std::uint64_t dk = make_smem_desc_sw128_kmajor(sm.k(stage));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < D * Tr::kElemBytes / 32; ++ks) {
@@ -560,18 +338,18 @@ __global__ void __launch_bounds__(
     auto issue_pv = [&](int stage) {
       wgmma_fence();
       if constexpr (Tr::kPInSmem) {
-        const std::uint64_t dp = make_smem_desc_sw128_kmajor(sP(c));
-        const std::uint64_t dv = make_smem_desc_sw128_mnmajor(sV(stage), Tr::kKVPanelBytes);
+        const std::uint64_t dp = make_smem_desc_sw128_kmajor(sm.p(c));
+        const std::uint64_t dv = make_smem_desc_sw128_mnmajor(sm.v(stage), Tr::kKVPanelBytes);
 #pragma unroll
         for (int kt = 0; kt < BN / 16; ++kt)
           wgmma_ss<D, kBf16, true>(o_flat, smem_desc_advance(dp, (kt / 4) * Tr::kPPanelBytes + 32u * (kt % 4)),
                                    smem_desc_advance(dv, 2048u * kt), true);
       } else if constexpr (kFp8) {
-        const std::uint64_t dvt = make_smem_desc_sw128_kmajor(sVt(stage));
+        const std::uint64_t dvt = make_smem_desc_sw128_kmajor(sm.vt(stage));
 #pragma unroll
         for (int kt = 0; kt < BN / 32; ++kt) wgmma_rs_e4m3<D>(o_flat, p[kt], smem_desc_advance(dvt, 32u * kt), true);
       } else {
-        const std::uint64_t dv = make_smem_desc_sw128_mnmajor(sV(stage), Tr::kKVPanelBytes);
+        const std::uint64_t dv = make_smem_desc_sw128_mnmajor(sm.v(stage), Tr::kKVPanelBytes);
 #pragma unroll
         for (int kt = 0; kt < BN / 16; ++kt) {
           const std::uint64_t db = smem_desc_advance(dv, 2048u * kt);
@@ -606,15 +384,15 @@ __global__ void __launch_bounds__(
         // next P V (all 128 threads of this warpgroup) orders the stores, fenced for the async
         // proxy, before that wgmma reads them.
         named_barrier_sync(kEpilogueBarrier0 + c, 128);
-        store_weights_smem<BN>(sP(c), p, warp, lane);
+        store_weights_smem<BN>(sm.p(c), p, warp, lane);
         fence_proxy_async_shared_cta();
       }
     };
     // The barriers that say a V tile is ready for P V and that P V is done with it.
-    auto pv_full = [&](int stage) { return kFp8 ? vt_full(stage) : v_full(stage); };
-    auto pv_empty = [&](int stage) { return kFp8 ? vt_empty(stage) : v_empty(stage); };
+    auto pv_full = [&](int stage) { return kFp8 ? sm.vt_full(stage) : sm.v_full(stage); };
+    auto pv_empty = [&](int stage) { return kFp8 ? sm.vt_empty(stage) : sm.v_empty(stage); };
 
-    mbarrier_wait_parity(q_full(qb, c), (q_round / QB) & 1);
+    mbarrier_wait_parity(sm.q_full(qb, c), (q_round / QB) & 1);
     if (kTailRows || tc.n_tiles > 0) {
       // The schedule (kv_tile_schedule.cuh): the pinned softmax (end_softmax_block) only for
       // bf16 / fp16: for FP8 the pinned order measured 8 % slower at d128 16k and 4 % at 1k
@@ -635,9 +413,9 @@ __global__ void __launch_bounds__(
                     if (rescale_o) rescale_rows<D, false>(o, alpha);
                   },
                   pack,
-                  [&](int stage) { release_stage(k_empty(stage), lane); },
+                  [&](int stage) { release_stage(sm.k_empty(stage), lane); },
                   [&](int stage) { release_stage(pv_empty(stage), lane); },
-                  k_full,
+                  [&](int stage) { return sm.k_full(stage); },
                   pv_full};
       if constexpr (kTailRows) {
         // This warpgroup's share: every kWarpgroups-th K/V tile from its own index, no turns; the
@@ -768,7 +546,7 @@ __global__ void __launch_bounds__(
         }
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
-      if (t == 0) mbarrier_arrive(q_empty(qb, c));
+      if (t == 0) mbarrier_arrive(sm.q_empty(qb, c));
     } else if (kSplit && tc.split >= 0) {
       // A part of a split tile (16-bit): fp32 O / l and the LSE of its rows inside the sequence
       // into its workspace slot, as the FP8 parts above; no staging, no TMA store.
@@ -778,7 +556,7 @@ __global__ void __launch_bounds__(
         store_split_row(hh, 16 * warp + g + 8 * hh, rows[hh].output_scale(), rows[hh].lse());
       }
       named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every warp's last Q K^T is done
-      if (t == 0) mbarrier_arrive(q_empty(qb, c));
+      if (t == 0) mbarrier_arrive(sm.q_empty(qb, c));
     } else {
       float sc[2];
 #pragma unroll
@@ -798,7 +576,7 @@ __global__ void __launch_bounds__(
       {
         const int blk = lane / 8, lrow = lane % 8;
         const int k = (blk >> 1) ^ lrow;
-        const std::uint32_t row_addr = sQ(qb) + static_cast<std::uint32_t>((64 * c + 16 * warp + 8 * (blk & 1) + lrow) * 128);
+        const std::uint32_t row_addr = sm.q(qb) + static_cast<std::uint32_t>((64 * c + 16 * warp + 8 * (blk & 1) + lrow) * 128);
 #pragma unroll
         for (int d = 0; d < D / 8; d += 2) {
           const std::uint32_t addr =
@@ -816,13 +594,13 @@ __global__ void __launch_bounds__(
           if (valid_rows > 0) {
 #pragma unroll
             for (int p = 0; p < Tr::kPanels; ++p)
-              tma_store_4d(&a.map_o, sQ(qb) + p * Tr::kQPanelBytes + 64u * 128u * c, 64 * p, wg_row0, tc.head, tc.seq);
+              tma_store_4d(&a.map_o, sm.q(qb) + p * Tr::kQPanelBytes + 64u * 128u * c, 64 * p, wg_row0, tc.head, tc.seq);
             tma_store_commit();
             // The Q buffer may be refilled once the copy has read it: now with one buffer, later
             // with two (release_pending_q).
             if constexpr (!kDeferQRelease) tma_store_wait_read<0>();
           }
-          if constexpr (!kDeferQRelease) mbarrier_arrive(q_empty(qb, c));
+          if constexpr (!kDeferQRelease) mbarrier_arrive(sm.q_empty(qb, c));
         }
         if constexpr (kDeferQRelease) pending_q = qb;
       } else {
@@ -841,7 +619,7 @@ __global__ void __launch_bounds__(
           }
         }
         named_barrier_sync(kEpilogueBarrier0 + c, 128);  // every row read out of the Q buffer
-        if (t == 0) mbarrier_arrive(q_empty(qb, c));
+        if (t == 0) mbarrier_arrive(sm.q_empty(qb, c));
       }
     }
     ++q_round;

@@ -178,4 +178,12 @@ __device__ __forceinline__ TileCoords tile_coords_at(const FwdArgs& a, const Til
   return c;
 }
 
+// The coordinates of a tile read from the tile ring (an active one: the producer skips others):
+// from the origin the slot carried where it carries one (kOriginFromSlot), else from the index.
+template <int BM, int BN, bool kMasked, bool kSplit, bool kTailRows, bool kOriginFromSlot>
+__device__ __forceinline__ TileCoords ring_tile_coords(const FwdArgs& a, int tile, const TileOrigin& o) {
+  if constexpr (kOriginFromSlot) return tile_coords_at<BM, BN, kMasked, kSplit>(a, o);
+  else return tile_coords<BM, BN, kMasked, kSplit, kTailRows>(a, tile);
+}
+
 }  // namespace tessera::cuda::sm90
