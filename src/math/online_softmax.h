@@ -18,6 +18,14 @@ TESSERA_HD float neg_inf() { return -INFINITY; }
 // Soft cap c > 0 on a scaled score s: c * tanh(s / c). Applied before masking.
 TESSERA_HD float apply_softcap(float s, float cap) { return cap > 0.0f ? cap * tanhf(s / cap) : s; }
 
+// Whether a cap c >= 0 can be applied with this scale in the form the CUDA kernels fold it into
+// (cuda/common/softcap_score.cuh): scale / c and c * log2(e) finite floats, i.e. c at most
+// ~2.36e38 and not so small that scale / c overflows. (Past those bounds the folded factors
+// would turn scores into inf or NaN; the API rejects such caps on every backend alike.)
+TESSERA_HD bool softcap_foldable(float scale, float cap) {
+  return cap == 0.0f || (isfinite(scale / cap) && isfinite(cap * kLog2e));
+}
+
 struct OnlineSoftmaxRow {
   float m = -INFINITY;  // running max of t over visible keys (base-2 units)
   float l = 0.0f;       // running sum of exp2(t - m)

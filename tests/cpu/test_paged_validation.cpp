@@ -343,6 +343,8 @@ TEST(BatchConfigValidation, EveryField) {
       {[](BatchConfig& c) { c.options.window_left = -2; }, "config.options.window_left"},
       {[](BatchConfig& c) { c.options.window_right = -5; }, "config.options.window_right"},
       {[](BatchConfig& c) { c.options.softcap = -1.0f; }, "config.options.softcap"},
+      {[](BatchConfig& c) { c.options.softcap = 3e38f; }, "config.options.softcap"},  // c * log2(e) overflows
+      {[](BatchConfig& c) { c.options.softcap = 1e-45f; }, "config.options.softcap"},  // scale / c overflows
   };
   for (const Bad& b : bads) {
     BatchConfig c = good_config();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "math/online_softmax.h"
 #include "tessera/tessera.h"
 
 namespace tessera {
@@ -301,10 +302,19 @@ TEST(Validation, Scale) {
 }
 
 TEST(Validation, Softcap) {
-  Problem p;
-  p.opt.softcap = -2.0f;
-  expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
-               "options.softcap", p);
+  // Negative, not finite, and caps whose folded factors (math::softcap_foldable) overflow: c *
+  // log2(e) past FLT_MAX, and scale / c past it for a denormal c.
+  for (float bad : {-2.0f, std::numeric_limits<float>::infinity(), std::nanf(""), 3e38f, 1e-45f}) {
+    Problem p;
+    p.opt.softcap = bad;
+    expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
+                 "options.softcap", p);
+  }
+  EXPECT_TRUE(math::softcap_foldable(0.125f, 0.0f));
+  EXPECT_TRUE(math::softcap_foldable(0.125f, 1e38f));
+  EXPECT_TRUE(math::softcap_foldable(0.125f, 1e-30f));
+  EXPECT_FALSE(math::softcap_foldable(0.125f, 2.4e38f));
+  EXPECT_FALSE(math::softcap_foldable(0.125f, 1e-40f));
 }
 
 TEST(Validation, Window) {
