@@ -19,8 +19,8 @@
 #include "cuda/batch/batch_attention.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/common/check.h"
-#include "cuda/common/softcap_score.cuh"
 #include "cuda/common/device_scope.h"
+#include "cuda/common/softcap_score.cuh"
 #include "cuda/common/stream_capture.h"
 #include "dispatch/path_override.h"
 #if defined(TESSERA_HAS_SM90_KERNELS)

@@ -35,6 +35,7 @@
 #include "cuda/batch/batch_args.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/batch/trace.h"
+#include "cuda/common/softcap_score.cuh"
 #include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"

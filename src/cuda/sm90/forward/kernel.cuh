@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/softcap_score.cuh"
 #include "cuda/common/softmax_fragment.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
@@ -92,10 +93,7 @@ __global__ void __launch_bounds__(
   constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
   using Tr = FwdTraits<kHeadDim, kBlockN, kFp8 ? 1 : 2, kConsumerWGs, kVtOnly, kMasked, kTailRows>;
   static_assert(!kTailRows || !kMasked, "tail rows: unmasked dense launches");
-  // V^T from the workspace: always in a V^T-only instance (the host launches it only then). Read
-  // where used (a value kept from here changed the other instances' SASS).
-  auto vt_global = [&] { return kVtOnly || (kFp8 && a.vt_global); };
-  constexpr bool kSplit = !kMasked && !kTailRows;  // the instances whose launch may split its tail (FwdArgs)
+  constexpr bool kSplit = Tr::kSplit;
   using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = kHeadDim, S = Tr::kStages;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -148,7 +146,7 @@ __global__ void __launch_bounds__(
       // no V stage, the barrier unused; a count of 0 is not allowed).
       mbarrier_init(sm.v_empty(s), kFp8 ? (Tr::kTransposing ? Tr::kTransposeWarps : 1) : Tr::kConsumerWarps);
       if constexpr (kFp8) {
-        mbarrier_init(sm.vt_full(s), vt_global() ? 1 : Tr::kTransposeWarps);  // the TMA's one arrival, or each warp's
+        mbarrier_init(sm.vt_full(s), vt_from_workspace<Tr>(a) ? 1 : Tr::kTransposeWarps);  // the TMA's one arrival, or each warp's
         mbarrier_init(sm.vt_empty(s), Tr::kConsumerWarps);
       }
     }
@@ -162,11 +160,7 @@ __global__ void __launch_bounds__(
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    // ---- producer: one thread takes the tiles, publishes each in the tile ring, and issues
-    // every copy, running ahead of the consumers by up to kStages K/V tiles and into the next
-    // tile (its first K tile, then Q once the consumers have released that Q buffer: with two
-    // buffers, the one of the tile before this one, long done; with one, this one, each
-    // warpgroup's rows after its own epilogue has staged O in them) ----
+    // ---- producer (producer.cuh): thread 0 issues every TMA copy; FP8's warps 1-3 transpose V ----
     setmaxnreg_dec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) produce_tiles<kMasked, kTailRows>(a, sm);
     if constexpr (Tr::kTransposing) {

@@ -49,7 +49,7 @@ constexpr int consumer_warpgroups_for(int head_dim, bool fp8 = false) {
 constexpr int block_m_for(int head_dim, bool fp8 = false) { return 64 * consumer_warpgroups_for(head_dim, fp8); }
 
 // Rows of a Q box (the TMA map's, launch.cu): one consumer warpgroup's rows, so that with one Q
-// buffer each warpgroup's rows load on their own barrier (kernel.cuh).
+// buffer each warpgroup's rows load on their own barrier (producer.cuh).
 constexpr int kQBoxRows = 64;
 
 // Masked (causal, window) head_dim 64 problems whose sequences average at most this many keys
@@ -156,6 +156,8 @@ struct FwdTraits {
   static constexpr bool kVtOnly = kVtOnly_;
   static_assert(!kVtOnly || kFp8, "V^T-only instances are FP8's");
   static constexpr bool kTailRows = kTailRows_;
+  // The instances whose launch may split its last round's tiles (FwdArgs: split_o, split_lse).
+  static constexpr bool kSplit = !kMasked_ && !kTailRows_;
   static_assert(!kTailRows || (!kFp8 && kHeadDim == 64), "tail-row instances are 16-bit head_dim 64's");
   static_assert((kHeadDim * kElemBytes) % 128 == 0, "head_dim is a whole number of 128-byte panels");
   static constexpr int kConsumerWarpgroups = kWarpgroups_ > 0 ? kWarpgroups_ : consumer_warpgroups_for(kHeadDim, kFp8);
@@ -221,10 +223,10 @@ struct FwdTraits {
   static constexpr int kMergeSlotBytes = 128 * (kHeadDim / 2 + 4) * 4;
   static constexpr int kMergeBytes = kTailRows ? (kConsumerWarpgroups - 1) * kMergeSlotBytes : 0;
   static_assert(!(kPInSmem && kTailRows), "the tail-row instance keeps P in registers");
-  // Barriers: Q full and Q empty per Q buffer (and per consumer warpgroup with one buffer:
-  // each warpgroup's 64 rows of Q are loaded and given back on their own), tile full and tile
-  // empty per slot of the tile ring, then K full / K empty / V full / V empty (/ Vt full / Vt
-  // empty for fp8), kStages each.
+  // Barriers (in this order, smem_layout.cuh): Q full and Q empty per Q buffer (and per consumer
+  // warpgroup with one buffer: each warpgroup's 64 rows of Q are loaded and given back on their
+  // own), then K full / K empty / V full / V empty (/ Vt full / Vt empty for fp8), kStages each,
+  // then tile full and tile empty per slot of the tile ring.
   static constexpr int kTileSlots = 2;  // tiles the producer publishes ahead
   // A slot: the tile index, and in the masked 16-bit head_dim 128 instances on two consumer
   // warpgroups (short causal calls, ragged causal batches) its origin as well, one 16-byte
@@ -233,7 +235,7 @@ struct FwdTraits {
   // slot adds a split tile's part (its launch may split the last round's tiles): 32 bytes.
   // Masked head_dim 64 too: it measured 2-4 % slower at 512-1024 keys with the origin
   // (twenty-sixth session) because ptxas then gave up the consumers' uniform registers, which the
-  // __syncwarp in kernel.cuh's read_tile keeps (forward_sm90.md, twenty-seventh session). In the
+  // __syncwarp in smem_layout.cuh's read_tile keeps (forward_sm90.md, twenty-seventh session). In the
   // rest the origin's values kept from the slot spilled (nvcc 13.0).
   static constexpr bool kOriginInSlot =
       !kFp8 && kConsumerWarpgroups == 2 &&
@@ -258,7 +260,7 @@ struct FwdTraits {
   static constexpr int kPOffset = kVtOffset + kStages * kVtTileBytes;
   static constexpr int kMergeOffset = kPOffset + kConsumerWarpgroups * kPBytes;  // 16-byte aligned
   static constexpr int kBarrierOffset = kMergeOffset + kMergeBytes;
-  // Q full / Q empty pairs per buffer: one per consumer warpgroup with one buffer (kernel.cuh).
+  // Q full / Q empty pairs per buffer: one per consumer warpgroup with one buffer (smem_layout.cuh).
   static constexpr int kQGroups = kQBuffers == 1 ? kConsumerWarpgroups : 1;
   static constexpr int kQBarriers = 2 * kQBuffers * kQGroups;
   // Q arrives in boxes of kQBoxRows rows per 128-byte panel, one box row-block per warpgroup.

@@ -24,6 +24,14 @@
 
 namespace tessera::cuda::sm90 {
 
+// FP8 V^T from the workspace (the pass of fp8_v_transpose.h, FwdArgs::vt_global): always in a
+// V^T-only instance (the host launches it only then). Read where used (a value kept in a register
+// across the kernel changed the other instances' SASS).
+template <class Tr>
+__device__ __forceinline__ bool vt_from_workspace(const FwdArgs& a) {
+  return Tr::kVtOnly || (Tr::kFp8 && a.vt_global);
+}
+
 // One box of a tile: rank 4 (dense: column, row, head, sequence) or 3 (ragged: column, packed
 // row, head).
 __device__ __forceinline__ void load_box(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, bool ragged,
@@ -37,12 +45,10 @@ template <bool kMasked, bool kTailRows, class Tr>
 __device__ __forceinline__ void produce_tiles(const FwdArgs& a, const FwdSmem<Tr>& sm) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, S = Tr::kStages;
   constexpr int QB = Tr::kQBuffers, QG = Tr::kQGroups, W = Tr::kConsumerWarpgroups, kSlots = Tr::kTileSlots;
-  constexpr bool kSplit = !kMasked && !kTailRows;  // the instances whose launch may split its tail (FwdArgs)
+  constexpr bool kSplit = Tr::kSplit;
   const int num_tiles = a.num_tiles;
   const bool ragged = a.cu_seqlens_q != nullptr;
-  // V^T from the workspace: always in a V^T-only instance (the host launches it only then). Read
-  // where used (a value kept from here changed the other instances' SASS).
-  auto vt_global = [&] { return Tr::kVtOnly || (Tr::kFp8 && a.vt_global); };
+  auto vt_global = [&] { return vt_from_workspace<Tr>(a); };
   prefetch_tensor_map(&a.map_q);
   prefetch_tensor_map(&a.map_k);
   if (vt_global()) prefetch_tensor_map(&a.map_vt);
@@ -143,7 +149,7 @@ __device__ __forceinline__ void produce_tiles(const FwdArgs& a, const FwdSmem<Tr
 template <bool kMasked, bool kTailRows, class Tr>
 __device__ __forceinline__ void transpose_tiles(const FwdArgs& a, const FwdSmem<Tr>& sm) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, S = Tr::kStages;
-  constexpr bool kSplit = !kMasked && !kTailRows;
+  constexpr bool kSplit = Tr::kSplit;
   const int num_tiles = a.num_tiles;
   const int lane = threadIdx.x % 32;
   int it = 0;

@@ -31,7 +31,8 @@ struct FwdSmem {
   // it from the index took a chain of divisions at the start of every tile (twenty-fifth
   // session's ncu of d64 causal 1k).
   static constexpr int kSlots = Tr::kTileSlots;
-  static constexpr int kStageBars = (Tr::kFp8 ? 6 : 4) * S;
+  static constexpr int kStageBars = (Tr::kFp8 ? 6 : 4) * S;  // the K/V (/ V^T) ring's
+  static_assert(QBar + kStageBars + 2 * kSlots == Tr::kBarriers, "the barriers kernel_traits.cuh makes room for");
 
   std::uint32_t base;  // 1024-byte aligned (128-byte swizzle atoms and wgmma descriptors need it)
   std::uint32_t bars;  // the first mbarrier

@@ -96,7 +96,8 @@ __device__ __forceinline__ TileCoords tile_coords(const FwdArgs& a, int tile) {
 // tile_coords in two halves: tile_coords_at(a, tile_origin(a, t)) gives tile_coords(a, t).
 // The origin (first query row, head, sequence, a split tile's part) is the costly half: integer
 // divisions and, for ragged launches, the search over cu_seqlens. Where the kernel publishes it
-// in the tile ring (kernel.cuh, kOriginFromSlot), the producer computes it once for every warp.
+// in the tile ring (producer.cuh, smem_layout.cuh: Tr::kOriginInSlot), the producer computes it
+// once for every warp.
 // (tile_coords itself stays one function: written as these two halves, ptxas allocated the
 // other instances differently and one of them spilled; with the common second half as one shared
 // helper called by both, the unmasked d64 instances spilled 16 B (nvcc 13.0, twenty-sixth
