@@ -7,7 +7,9 @@
 //    on to keep P inside e4m3 (448) or fp16;
 //  - the lazy rescale skips tiles, and rows that do not vote do not move the others' rescales;
 //  - the first-tile form (kFirstTile) gives the general form's rows bit for bit;
-//  - a masked tile zeroes exactly the keys outside each row's range, on both mask paths.
+//  - a masked tile zeroes exactly the keys outside each row's range, on both mask paths;
+//  - with a soft cap (softcap_score.cuh's folded form, and the portable forward's dividing one)
+//    the weights are those of c tanh(s scale / c), for small and large caps.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -16,7 +18,9 @@
 #include <random>
 #include <vector>
 
+#include "cuda/common/softcap_score.cuh"
 #include "cuda/common/softmax_fragment.cuh"
+#include "cuda/sm80/forward/softmax.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
 #include "gpu/gpu_support.h"
 #include "math/mask.h"
@@ -337,6 +341,62 @@ void check_masked_tiles() {
 TEST(SoftmaxFragment, MaskedTileZeroesExactlyTheKeysOutsideEachRowsRange) {
   check_masked_tiles<false>();
   check_masked_tiles<true>();
+}
+
+// Raw score q.k of row r, key c of the soft-cap tile: spread over [-40, 40] in a scrambled order.
+__host__ __device__ inline float capped_raw_score(int r, int c) {
+  return -40.0f + 80.0f * static_cast<float>((37 * c + 11 * r) % kTile) / static_cast<float>(kTile - 1);
+}
+
+// One unmasked first tile through scores_to_weights with the soft cap `capped` on: each row's
+// weights (exp2(t - m), m the row's max) and m.
+template <class Cap>
+__global__ void capped_tile_kernel(Cap capped, float* weights, float* maxes) {
+  const int lane = threadIdx.x, g = lane >> 2, q = lane & 3;
+  math::OnlineSoftmaxRow rows[2];
+  const math::KeyRange keys[2] = {{0, kTile}, {0, kTile}};
+  float s[kTile / 8][4];
+  for (int n = 0; n < kTile / 8; ++n)
+    for (int e = 0; e < 4; ++e) s[n][e] = capped_raw_score(g + 8 * (e >> 1), 8 * n + 2 * q + (e & 1));
+  float alpha[2];
+  // scale_log2 (the uncapped multiplier) must not matter with the cap on: a NaN would show.
+  cuda::scores_to_weights<kTile, false, true>(s, rows, keys, false, 0, q, __int_as_float(0x7fc00000), capped, alpha);
+  for (int n = 0; n < kTile / 8; ++n)
+    for (int e = 0; e < 4; ++e) weights[(g + 8 * (e >> 1)) * kTile + 8 * n + 2 * q + (e & 1)] = s[n][e];
+  if (q == 0) {
+    maxes[g] = rows[0].m;
+    maxes[g + 8] = rows[1].m;
+  }
+}
+
+template <class Cap>
+void check_capped_tile(const Cap& capped, float scale, float cap, const char* form) {
+  DeviceBuffer<float> weights(kRows * kTile), maxes(kRows);  // NaN-filled: every value must be written
+  capped_tile_kernel<<<1, 32>>>(capped, weights.get(), maxes.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const std::vector<float> w = weights.read(), m = maxes.read();
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<double> t(kTile);
+    double tmax = -INFINITY;
+    for (int c = 0; c < kTile; ++c) {
+      t[c] = cap * std::tanh(static_cast<double>(capped_raw_score(r, c)) * scale / cap) * 1.4426950408889634;
+      tmax = std::fmax(tmax, t[c]);
+    }
+    // A few float roundings of t (the factors, the product, tanhf's 2 ulp) and exp2's.
+    EXPECT_NEAR(m[r], tmax, 4e-6 * std::fabs(tmax) + 1e-6) << form << ", cap " << cap << ", row " << r;
+    for (int c = 0; c < kTile; ++c) {
+      const double want = std::exp2(t[c] - tmax);
+      ASSERT_NEAR(w[r * kTile + c], want, 4e-5 * want + 1e-12) << form << ", cap " << cap << ", row " << r << ", key " << c;
+    }
+  }
+}
+
+TEST(SoftmaxFragment, SoftcapWeightsMatchTheDefinition) {
+  const float scale = 0.08838834764831845f;  // 1 / sqrt(128)
+  for (float cap : {1.5f, 30.0f, 1e4f}) {
+    check_capped_tile(cuda::SoftcapScore::make(scale, cap), scale, cap, "folded");
+    check_capped_tile(cuda::sm80::DividingSoftcap{scale, cap}, scale, cap, "dividing");
+  }
 }
 
 }  // namespace
