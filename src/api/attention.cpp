@@ -8,7 +8,6 @@
 #include "api/build_params.h"
 #include "api/validate.h"
 #include "dispatch/dispatch.h"
-#include "math/online_softmax.h"
 #include "tessera/attention.h"
 
 namespace tessera {
@@ -45,10 +44,7 @@ void check_options(const AttentionOptions& o, int head_dim, MaskOptions* mask) {
   if (o.window_right < -1)
     fail(ErrorCode::invalid_argument, "options.window_right", ">= 0, or -1 for unbounded", str(o.window_right));
   mask->scale = o.scale.value_or(1.0f / std::sqrt(static_cast<float>(head_dim)));
-  if (!math::softcap_foldable(mask->scale, o.softcap))
-    fail(ErrorCode::invalid_argument, "options.softcap",
-         "0, or a cap with scale / softcap and softcap * log2(e) finite in float (at most ~2.36e38)",
-         std::to_string(o.softcap) + " (scale " + std::to_string(mask->scale) + ")");
+  validate::softcap_foldable(mask->scale, o.softcap, "options.softcap");
   mask->softcap = o.softcap;
   mask->causal = o.causal;
   mask->window_left = o.window_left;

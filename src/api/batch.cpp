@@ -9,7 +9,6 @@
 #include "api/validate.h"
 #include "cpu/parallel.h"
 #include "dispatch/batch_dispatch.h"
-#include "math/online_softmax.h"
 #include "params/batch_params.h"
 #include "plan/batch_plan.h"
 #include "tessera/batch.h"
@@ -67,10 +66,7 @@ void check_config(const BatchConfig& c) {
          std::to_string(o.softcap));
   // (head_dim was checked above; the scale as run() resolves it.)
   const float scale = o.scale ? *o.scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  if (!math::softcap_foldable(scale, o.softcap))
-    fail(ErrorCode::invalid_argument, "config.options.softcap",
-         "0, or a cap with scale / softcap and softcap * log2(e) finite in float (at most ~2.36e38)",
-         std::to_string(o.softcap) + " (scale " + std::to_string(scale) + ")");
+  validate::softcap_foldable(scale, o.softcap, "config.options.softcap");
 }
 
 void check_facts(const DeviceFacts& f) {

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <sstream>
 #include <utility>
+
+#include "math/online_softmax.h"
 
 namespace tessera::validate {
 namespace {
@@ -14,6 +17,16 @@ FunctionScope::FunctionScope(const char* function) : previous_(current_function)
 FunctionScope::~FunctionScope() { current_function = previous_; }
 
 std::string str(std::int64_t v) { return std::to_string(v); }
+
+void softcap_foldable(float scale, float softcap, const char* name) {
+  if (math::softcap_foldable(scale, softcap)) return;
+  char got[96];
+  std::snprintf(got, sizeof got, "%.9g (scale %.9g)", static_cast<double>(softcap), static_cast<double>(scale));
+  fail(ErrorCode::invalid_argument, name,
+       "0, or a cap c with scale / c, ln(2) / c and c * log2(e) finite floats (c from max(scale, ln 2) / FLT_MAX to "
+       "FLT_MAX / log2(e), ~2.36e38)",
+       got);
+}
 
 void fail(ErrorCode code, const std::string& argument, const std::string& expected, const std::string& got) {
   std::ostringstream msg;

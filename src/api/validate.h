@@ -52,6 +52,9 @@ bool same_view(const Tensor& a, const Tensor& b);
 void head_dim_supported(std::int64_t head_dim, const char* name);         // 8..256, multiple of 8
 void heads_divisible(std::int64_t heads_q, std::int64_t heads_kv);
 void value_in_range(std::int64_t value, const char* name, std::int64_t lo, std::int64_t hi);  // lo <= v <= hi
+// A soft cap (finite and >= 0 checked before) the CUDA kernels can fold with this scale
+// (math::softcap_foldable); the error gives both values to 9 significant digits.
+void softcap_foldable(float scale, float softcap, const char* name);
 
 std::string str(std::int64_t v);
 

@@ -18,12 +18,13 @@ TESSERA_HD float neg_inf() { return -INFINITY; }
 // Soft cap c > 0 on a scaled score s: c * tanh(s / c). Applied before masking.
 TESSERA_HD float apply_softcap(float s, float cap) { return cap > 0.0f ? cap * tanhf(s / cap) : s; }
 
-// Whether a cap c >= 0 can be applied with this scale in the form the CUDA kernels fold it into
-// (cuda/common/softcap_score.cuh): scale / c and c * log2(e) finite floats, i.e. c at most
-// ~2.36e38 and not so small that scale / c overflows. (Past those bounds the folded factors
-// would turn scores into inf or NaN; the API rejects such caps on every backend alike.)
+// Whether a cap c >= 0 can be applied with this scale in the forms the CUDA kernels fold it into:
+// scale / c and c * log2(e) (cuda/common/softcap_score.cuh) and ln(2) / c (the backward's
+// tanh recovered from P, cuda/common/recompute_p.cuh) finite floats, i.e. c at most ~2.36e38 and
+// at least max(scale, ln 2) / FLT_MAX. (Past those bounds the folded factors would turn scores
+// or gradients into inf or NaN; the API rejects such caps on every backend alike.)
 TESSERA_HD bool softcap_foldable(float scale, float cap) {
-  return cap == 0.0f || (isfinite(scale / cap) && isfinite(cap * kLog2e));
+  return cap == 0.0f || (isfinite(scale / cap) && isfinite(kLn2 / cap) && isfinite(cap * kLog2e));
 }
 
 struct OnlineSoftmaxRow {

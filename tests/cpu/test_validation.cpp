@@ -303,8 +303,9 @@ TEST(Validation, Scale) {
 
 TEST(Validation, Softcap) {
   // Negative, not finite, and caps whose folded factors (math::softcap_foldable) overflow: c *
-  // log2(e) past FLT_MAX, and scale / c past it for a denormal c.
-  for (float bad : {-2.0f, std::numeric_limits<float>::infinity(), std::nanf(""), 3e38f, 1e-45f}) {
+  // log2(e) past FLT_MAX, scale / c or ln(2) / c past it for a denormal c (1e-39: scale 1 /
+  // sqrt(head_dim) < ln 2, so only ln(2) / c overflows, the backward's factor).
+  for (float bad : {-2.0f, std::numeric_limits<float>::infinity(), std::nanf(""), 3e38f, 1e-45f, 1e-39f}) {
     Problem p;
     p.opt.softcap = bad;
     expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument,
@@ -315,6 +316,16 @@ TEST(Validation, Softcap) {
   EXPECT_TRUE(math::softcap_foldable(0.125f, 1e-30f));
   EXPECT_FALSE(math::softcap_foldable(0.125f, 2.4e38f));
   EXPECT_FALSE(math::softcap_foldable(0.125f, 1e-40f));
+  EXPECT_FALSE(math::softcap_foldable(0.125f, 2e-39f));  // ln(2) / c overflows, scale / c does not
+  // The message gives the cap as it is (a denormal one too), not rounded to 6 decimals.
+  Problem p;
+  p.opt.softcap = 1e-45f;
+  try {
+    attention_forward(p.Q(), p.K(), p.V(), p.O(), p.L(), p.opt);
+    ADD_FAILURE() << "a cap of 1e-45 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("got 1.40129846e-45 (scale"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Validation, Window) {
