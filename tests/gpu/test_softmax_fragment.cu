@@ -348,19 +348,21 @@ __host__ __device__ inline float capped_raw_score(int r, int c) {
   return -40.0f + 80.0f * static_cast<float>((37 * c + 11 * r) % kTile) / static_cast<float>(kTile - 1);
 }
 
-// One unmasked first tile through scores_to_weights with the soft cap `capped` on: each row's
-// weights (exp2(t - m), m the row's max) and m.
+// One first tile through scores_to_weights with the soft cap `capped` on, each row seeing keys
+// [0, visible) (masked when visible < kTile: the cap first, then the mask): each row's weights
+// (exp2(t - m), m the row's max over its visible keys) and m.
 template <class Cap>
-__global__ void capped_tile_kernel(Cap capped, float* weights, float* maxes) {
+__global__ void capped_tile_kernel(Cap capped, int visible, float* weights, float* maxes) {
   const int lane = threadIdx.x, g = lane >> 2, q = lane & 3;
   math::OnlineSoftmaxRow rows[2];
-  const math::KeyRange keys[2] = {{0, kTile}, {0, kTile}};
+  const math::KeyRange keys[2] = {{0, visible}, {0, visible}};
   float s[kTile / 8][4];
   for (int n = 0; n < kTile / 8; ++n)
     for (int e = 0; e < 4; ++e) s[n][e] = capped_raw_score(g + 8 * (e >> 1), 8 * n + 2 * q + (e & 1));
   float alpha[2];
   // scale_log2 (the uncapped multiplier) must not matter with the cap on: a NaN would show.
-  cuda::scores_to_weights<kTile, false, true>(s, rows, keys, false, 0, q, __int_as_float(0x7fc00000), capped, alpha);
+  cuda::scores_to_weights<kTile, false, true>(s, rows, keys, visible < kTile, 0, q, __int_as_float(0x7fc00000), capped,
+                                              alpha);
   for (int n = 0; n < kTile / 8; ++n)
     for (int e = 0; e < 4; ++e) weights[(g + 8 * (e >> 1)) * kTile + 8 * n + 2 * q + (e & 1)] = s[n][e];
   if (q == 0) {
@@ -370,9 +372,9 @@ __global__ void capped_tile_kernel(Cap capped, float* weights, float* maxes) {
 }
 
 template <class Cap>
-void check_capped_tile(const Cap& capped, float scale, float cap, const char* form) {
+void check_capped_tile(const Cap& capped, float scale, float cap, int visible, const char* form) {
   DeviceBuffer<float> weights(kRows * kTile), maxes(kRows);  // NaN-filled: every value must be written
-  capped_tile_kernel<<<1, 32>>>(capped, weights.get(), maxes.get());
+  capped_tile_kernel<<<1, 32>>>(capped, visible, weights.get(), maxes.get());
   TESSERA_TEST_CUDA(cudaGetLastError());
   const std::vector<float> w = weights.read(), m = maxes.read();
   for (int r = 0; r < kRows; ++r) {
@@ -380,23 +382,27 @@ void check_capped_tile(const Cap& capped, float scale, float cap, const char* fo
     double tmax = -INFINITY;
     for (int c = 0; c < kTile; ++c) {
       t[c] = cap * std::tanh(static_cast<double>(capped_raw_score(r, c)) * scale / cap) * 1.4426950408889634;
-      tmax = std::fmax(tmax, t[c]);
+      if (c < visible) tmax = std::fmax(tmax, t[c]);
     }
     // A few float roundings of t (the factors, the product, tanhf's 2 ulp) and exp2's.
     EXPECT_NEAR(m[r], tmax, 4e-6 * std::fabs(tmax) + 1e-6) << form << ", cap " << cap << ", row " << r;
     for (int c = 0; c < kTile; ++c) {
-      const double want = std::exp2(t[c] - tmax);
-      ASSERT_NEAR(w[r * kTile + c], want, 4e-5 * want + 1e-12) << form << ", cap " << cap << ", row " << r << ", key " << c;
+      const double want = c < visible ? std::exp2(t[c] - tmax) : 0.0;  // masked keys: exactly 0
+      ASSERT_NEAR(w[r * kTile + c], want, 4e-5 * want + 1e-12)
+          << form << ", cap " << cap << ", keys [0, " << visible << "), row " << r << ", key " << c;
     }
   }
 }
 
 TEST(SoftmaxFragment, SoftcapWeightsMatchTheDefinition) {
   const float scale = 0.08838834764831845f;  // 1 / sqrt(128)
-  for (float cap : {1.5f, 30.0f, 1e4f}) {
-    check_capped_tile(cuda::SoftcapScore::make(scale, cap), scale, cap, "folded");
-    check_capped_tile(cuda::sm80::DividingSoftcap{scale, cap}, scale, cap, "dividing");
-  }
+  // 0.05: tanh saturated for most scores (|s scale / c| up to 70); 1.5 and 30: its curve; 1e4:
+  // nearly linear. 128 keys visible, then 77 (the mask after the cap: masked keys weigh 0).
+  for (int visible : {kTile, 77})
+    for (float cap : {0.05f, 1.5f, 30.0f, 1e4f}) {
+      check_capped_tile(cuda::SoftcapScore::make(scale, cap), scale, cap, visible, "folded");
+      check_capped_tile(cuda::sm80::DividingSoftcap{scale, cap}, scale, cap, visible, "dividing");
+    }
 }
 
 }  // namespace
