@@ -12,22 +12,53 @@ shifted branch target alone leaves that second count at 0).
   scripts/sass_same.py --cuobjdump PATH BUILD_A BUILD_B [--objects REGEX] [--all]
 
 Prints one line per object that differs (every object with --all), and under it one line per
-kernel that differs. Exit status 0 when every compared object is the same, 1 when some differ,
-2 on bad arguments (no object in common included)."""
+kernel that differs; then the objects only one build holds. Exit status 0 when every object is
+in both builds and the same, 1 when some differ or are in one build only, 2 on bad arguments
+(no object in common included) or when cuobjdump fails. Register numbers, barrier slots and hex
+immediates (branch targets, constant-bank offsets: a change of a kernel's parameter layout
+alone reads 0 there too) are what the second count ignores; decimal immediates are not."""
 import argparse
 import difflib
 import os
 import re
+import shutil
 import sys
 
 from sass_text import FUNCTION, INSTRUCTION, read_sass
 
 ARCH = re.compile(r"arch = (sm_\w+)")
-# An anonymous namespace's mangled name carries a hash of its file's path: the same kernel built
-# from two checkouts gets two names. The hash is dropped.
-ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
+# An anonymous namespace's mangled name (<length>_GLOBAL__N__...) carries hashes of its file's path
+# and of the compiling process: the same kernel built twice gets two names. The whole name is
+# replaced by a fixed one (anonymous_namespaces).
+ANONYMOUS = re.compile(r"(\d+)(?=_GLOBAL__N__)")
+FIXED = "12_GLOBAL__N__"
 # Register numbers (R12, UR4, P3, UP1, B2, SR_*) and immediates / addresses (0x1f30).
 NAMES = re.compile(r"\b(U?R|U?P|B)\d+\b|\b0x[0-9a-f]+\b")
+
+
+def anonymous_namespaces(name):
+    """A mangled name with each anonymous namespace's name replaced by one fixed name. Its length
+    prefix may follow the digits of the identifier before it (4sm9051_GLOBAL__N__...): the
+    shortest run of trailing digits that reads 20 or more (nvcc's names run ~50 characters) is
+    taken as the length."""
+    out, pos = [], 0
+    for m in ANONYMOUS.finditer(name):
+        if m.start() < pos:
+            continue
+        digits = m.group(1)
+        for k in range(1, len(digits) + 1):
+            length = int(digits[-k:])
+            if length >= 20:
+                break
+        else:
+            continue
+        start = m.end() - k  # the length prefix's first digit
+        end = m.end() + length
+        if end > len(name):
+            continue
+        out.append(name[pos:start] + FIXED)
+        pos = end
+    return "".join(out) + name[pos:]
 
 
 def kernels(sass_text):
@@ -41,7 +72,7 @@ def kernels(sass_text):
             continue
         m = FUNCTION.search(line)
         if m:
-            key = (arch, ANONYMOUS.sub("_GLOBAL__N__", m.group(1)))
+            key = (arch, anonymous_namespaces(m.group(1)))
             out[key] = []
             continue
         m = INSTRUCTION.match(line)
@@ -101,6 +132,8 @@ def main(argv=None):
         pattern = re.compile(a.objects)
     except re.error as e:
         ap.error(f"--objects: a regular expression expected, got '{a.objects}' ({e})")
+    if shutil.which(a.cuobjdump) is None:
+        ap.error(f"--cuobjdump: an executable cuobjdump expected, got '{a.cuobjdump}'")
     for b in (a.build_a, a.build_b):
         if not os.path.isdir(b):
             ap.error(f"a build folder expected, got '{b}' (not a directory)")
@@ -111,18 +144,24 @@ def main(argv=None):
                  + (f" matching --objects '{a.objects}'" if a.objects else ""))
     status = 0
     for rel in common:
-        lines = compare(read_sass(os.path.join(a.build_a, rel), a.cuobjdump),
-                        read_sass(os.path.join(a.build_b, rel), a.cuobjdump))
+        try:
+            lines = compare(read_sass(os.path.join(a.build_a, rel), a.cuobjdump),
+                            read_sass(os.path.join(a.build_b, rel), a.cuobjdump))
+        except (SystemExit, OSError) as e:  # read_sass raises SystemExit with cuobjdump's error
+            print(f"sass_same.py: disassembling {rel} failed: {e}", file=sys.stderr)
+            return 2
         if lines:
             status = 1
             print(f"differs {rel}")
             print("\n".join(lines))
         elif a.all:
             print(f"same    {rel}")
-    only = sorted(set(in_a) ^ in_b)
-    if only:
-        print(f"({len(only)} object(s) in one build only, not compared: {', '.join(only[:5])}"
-              f"{', ...' if len(only) > 5 else ''})")
+    for rel in sorted(set(in_a) - in_b):
+        print(f"only in A {rel}")
+        status = 1
+    for rel in sorted(in_b - set(in_a)):
+        print(f"only in B {rel}")
+        status = 1
     return status
 
 

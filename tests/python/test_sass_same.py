@@ -47,10 +47,39 @@ def test_kernels_per_architecture_and_in_one_build_only():
                      "  sm_90 _Z3old: only in A (5 instructions)"], lines
 
 
-def test_anonymous_namespaces_of_two_checkouts_are_one_kernel():
-    a = listing({"sm_90a": {"_ZN7tessera51_GLOBAL__N__5fc3e3da_18_x_cu_7cd4317721kEv": KERNEL}})
-    b = listing({"sm_90a": {"_ZN7tessera51_GLOBAL__N__f674b245_18_x_cu_7cd4317721kEv": KERNEL}})
-    assert sass_same.compare(a, b) == []
+def test_anonymous_namespaces_of_two_builds_are_one_kernel():
+    # nvcc's names: hashes of the file's path and of the compiling process, the length prefix
+    # right after the digits of the identifier before it (sm90, testing).
+    names = ["_ZN7tessera4cuda4sm9051_GLOBAL__N__5fc3e3da_18_fp8_v_transpose_cu_7cd4317722fp8_v_transpose_kernelILi128EEEvv",
+             "_ZN7tessera4cuda4sm9051_GLOBAL__N__f674b245_18_fp8_v_transpose_cu_7cd4317722fp8_v_transpose_kernelILi128EEEvv",
+             "_ZN7tessera7testing63_GLOBAL__N__12eef25e_24_test_softmax_fragment_cu_955cb6d8_2740418capped_tile_kernelEv",
+             "_ZN7tessera7testing63_GLOBAL__N__84ee4df1_24_test_softmax_fragment_cu_955cb6d8_2169318capped_tile_kernelEv"]
+    plain = [sass_same.anonymous_namespaces(n) for n in names]
+    assert plain[0] == plain[1] == "_ZN7tessera4cuda4sm9012_GLOBAL__N__22fp8_v_transpose_kernelILi128EEEvv", plain
+    assert plain[2] == plain[3] == "_ZN7tessera7testing12_GLOBAL__N__18capped_tile_kernelEv", plain
+    assert sass_same.anonymous_namespaces("_Z1kv") == "_Z1kv"
+    assert sass_same.compare(listing({"sm_90a": {names[2]: KERNEL}}), listing({"sm_90a": {names[3]: KERNEL}})) == []
+
+
+def test_listing_as_cuobjdump_writes_it():
+    # The encoding on the instruction's line and on a line of its own after it; a header.
+    text = """
+Fatbin elf code:
+================
+arch = sm_90a
+code version = [1,8]
+host = linux
+compile_size = 64bit
+
+        code for sm_90a
+                Function : _Z1kv
+        .headerflags    @"EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                   /* 0x00000a00ff017b82 */
+                                                                            /* 0x000fe20000000f00 */
+        /*0010*/                   EXIT ;                                   /* 0x000000000000794d */
+                                                                            /* 0x000fea0003800000 */
+"""
+    assert sass_same.kernels(text) == {("sm_90a", "_Z1kv"): ["MOV R1, c[0x0][0x28]", "EXIT"]}
 
 
 def make_builds(tmp_path, a_objects, b_objects):
@@ -78,9 +107,12 @@ def test_command_line(tmp_path):
     r = run("--cuobjdump", fake, a, b)
     assert r.returncode == 1, r.stderr
     assert r.stdout.splitlines()[0] == "differs x/two.cu.o", r.stdout
-    assert "x/one.cu.o" not in r.stdout and "not compared: x/only_a.cu.o" in r.stdout, r.stdout
+    assert "x/one.cu.o" not in r.stdout and r.stdout.splitlines()[-1] == "only in A x/only_a.cu.o", r.stdout
     r = run("--cuobjdump", fake, "--all", "--objects", "one", a, b)
     assert r.returncode == 0 and r.stdout.strip() == "same    x/one.cu.o", (r.stdout, r.stderr)
+    # an object only one build holds is a difference too
+    r = run("--cuobjdump", fake, "--objects", "one|only", a, b)
+    assert r.returncode == 1 and r.stdout.strip() == "only in A x/only_a.cu.o", (r.stdout, r.stderr)
 
 
 def test_argument_errors(tmp_path):
@@ -92,3 +124,10 @@ def test_argument_errors(tmp_path):
     assert r.returncode == 2 and "a build folder expected" in r.stderr, r.stderr
     r = run("--cuobjdump", fake, "--objects", "nothing", a, b)
     assert r.returncode == 2 and "no *.cu.o object in both" in r.stderr, r.stderr
+    r = run("--cuobjdump", str(tmp_path / "no-such-cuobjdump"), a, b)
+    assert r.returncode == 2 and "--cuobjdump: an executable cuobjdump expected" in r.stderr, r.stderr
+    failing = tmp_path / "failing"
+    failing.write_text(f"#!{sys.executable}\nimport sys\nsys.exit('not an object')\n")
+    failing.chmod(0o755)
+    r = run("--cuobjdump", str(failing), a, b)
+    assert r.returncode == 2 and "disassembling one.cu.o failed" in r.stderr, r.stderr
