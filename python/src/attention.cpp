@@ -230,7 +230,7 @@ void bind_attention(nb::module_& m) {
   m.def(
       "attention_forward",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, nb::handle scale, bool causal,
-         int window_left, int window_right, float softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
+         int window_left, int window_right, double softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
         const Tensor to = to_output(out, "out", arrays), tl = to_output(lse, "lse", arrays, true);
@@ -247,7 +247,7 @@ void bind_attention(nb::module_& m) {
       "attention_forward_fp8",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle descale_q, nb::handle descale_k, nb::handle descale_v,
          nb::handle out, nb::handle lse, nb::handle scale, bool causal, int window_left, int window_right,
-         float softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
+         double softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
         Fp8Descale d;
@@ -269,7 +269,7 @@ void bind_attention(nb::module_& m) {
       "attention_forward_fp8_ragged",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle cu_q, nb::handle cu_k, nb::handle descale_q,
          nb::handle descale_k, nb::handle descale_v, nb::handle out, nb::handle lse, nb::handle scale, bool causal,
-         int window_left, int window_right, float softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
+         int window_left, int window_right, double softcap, bool return_lse, std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
         const Tensor tcq = to_index(cu_q, "cu_seqlens_q", arrays), tck = to_index(cu_k, "cu_seqlens_k", arrays);
@@ -292,7 +292,7 @@ void bind_attention(nb::module_& m) {
   m.def(
       "attention_forward_ragged",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle cu_q, nb::handle cu_k, nb::handle out, nb::handle lse,
-         nb::handle scale, bool causal, int window_left, int window_right, float softcap, bool return_lse,
+         nb::handle scale, bool causal, int window_left, int window_right, double softcap, bool return_lse,
          std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
@@ -311,7 +311,7 @@ void bind_attention(nb::module_& m) {
   m.def(
       "attention_backward",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle dout, nb::handle lse, nb::handle dq,
-         nb::handle dk, nb::handle dv, nb::handle scale, bool causal, int window_left, int window_right, float softcap,
+         nb::handle dk, nb::handle dv, nb::handle scale, bool causal, int window_left, int window_right, double softcap,
          bool deterministic, std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
@@ -333,7 +333,7 @@ void bind_attention(nb::module_& m) {
       "attention_backward_ragged",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle cu_q, nb::handle cu_k, nb::handle out, nb::handle dout,
          nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle scale, bool causal, int window_left,
-         int window_right, float softcap, bool deterministic, std::uintptr_t stream, int num_threads) {
+         int window_right, double softcap, bool deterministic, std::uintptr_t stream, int num_threads) {
         ArgArrays arrays;
         const Tensor tq = to_tensor(q, "q", arrays), tk = to_tensor(k, "k", arrays), tv = to_tensor(v, "v", arrays);
         const Tensor tcq = to_index(cu_q, "cu_seqlens_q", arrays), tck = to_index(cu_k, "cu_seqlens_k", arrays);

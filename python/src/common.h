@@ -65,7 +65,7 @@ inline ExecutionContext make_ctx(std::uintptr_t stream, int num_threads) {
   return ctx;
 }
 
-AttentionOptions make_options(nb::handle scale, bool causal, int window_left, int window_right, float softcap,
+AttentionOptions make_options(nb::handle scale, bool causal, int window_left, int window_right, double softcap,
                               bool return_lse, bool deterministic);
 
 void bind_attention(nb::module_& m);

@@ -4,6 +4,7 @@
 // into them; allocation in the caller's framework, stream lookup and autograd live in the
 // Python package (python/tessera). The GIL is released while a kernel runs.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -72,7 +73,7 @@ void set_error_types(nb::dict types) {
 
 }  // namespace
 
-AttentionOptions make_options(nb::handle scale, bool causal, int window_left, int window_right, float softcap,
+AttentionOptions make_options(nb::handle scale, bool causal, int window_left, int window_right, double softcap,
                               bool return_lse, bool deterministic) {
   AttentionOptions o;
   if (!scale.is_none()) {
@@ -85,7 +86,17 @@ AttentionOptions make_options(nb::handle scale, bool causal, int window_left, in
   o.causal = causal;
   o.window_left = window_left;
   o.window_right = window_right;
-  o.softcap = softcap;
+  // Taken as a double: a cap > 0 that float rounds to 0 would reach the library as no cap at all
+  // (the library rejects caps that small, below max(scale, ln 2) / FLT_MAX, with this name).
+  if (softcap > 0.0 && static_cast<float>(softcap) == 0.0f) {
+    char msg[200];
+    std::snprintf(msg, sizeof msg,
+                  "options.softcap: expected 0, or a cap c with scale / c, ln(2) / c and c * log2(e) finite floats, "
+                  "got %.9g (0 as a float)",
+                  softcap);
+    throw nb::value_error(msg);
+  }
+  o.softcap = static_cast<float>(softcap);
   o.return_lse = return_lse;
   o.deterministic = deterministic;
   return o;

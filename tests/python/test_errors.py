@@ -57,6 +57,10 @@ def test_options_are_checked():
         tessera.attention(q, k, v, scale=-1.0)
     with pytest.raises(ValueError, match="options.softcap"):
         tessera.attention(q, k, v, softcap=-2.0)
+    # Caps the library cannot fold (too large, too small), and one float rounds to 0: not "no cap".
+    for cap in (3e38, 1e-39, 1e-50):
+        with pytest.raises(ValueError, match="options.softcap"):
+            tessera.attention(q, k, v, softcap=cap)
     with pytest.raises(ValueError, match="options.window_left"):
         tessera.attention(q, k, v, window=(-5, -1))
     with pytest.raises(ValueError, match="window"):
