@@ -29,6 +29,11 @@ using validate::str;
 // is told apart from this one's.
 std::atomic<std::uint64_t> next_generation{1};
 
+// The softmax scale run() applies: the configured one, or 1 / sqrt(head_dim).
+float resolved_scale(const BatchConfig& c) {
+  return c.options.scale ? *c.options.scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+}
+
 void check_config(const BatchConfig& c) {
   if (c.heads_q < 1) fail(ErrorCode::invalid_argument, "config.heads_q", ">= 1", str(c.heads_q));
   if (c.heads_kv < 1 || c.heads_q % c.heads_kv != 0)
@@ -64,9 +69,7 @@ void check_config(const BatchConfig& c) {
   if (!(std::isfinite(o.softcap) && o.softcap >= 0.0f))
     fail(ErrorCode::invalid_argument, "config.options.softcap", "a finite value >= 0 (0 = off)",
          std::to_string(o.softcap));
-  // (head_dim was checked above; the scale as run() resolves it.)
-  const float scale = o.scale ? *o.scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  validate::softcap_foldable(scale, o.softcap, "config.options.softcap");
+  validate::softcap_foldable(resolved_scale(c), o.softcap, "config.options.softcap");  // head_dim checked above
 }
 
 void check_facts(const DeviceFacts& f) {
@@ -386,7 +389,7 @@ void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageT
   p.workspace = workspace.data;
   p.workspace_bytes = workspace.bytes;
   p.layout = s.layout;
-  p.mask.scale = c.options.scale ? *c.options.scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.mask.scale = resolved_scale(c);
   p.mask.softcap = c.options.softcap;
   p.mask.causal = c.options.causal;
   p.mask.window_left = c.options.window_left;
