@@ -384,11 +384,12 @@ void check_capped_tile(const Cap& capped, float scale, float cap, int visible, c
       t[c] = cap * std::tanh(static_cast<double>(capped_raw_score(r, c)) * scale / cap) * 1.4426950408889634;
       if (c < visible) tmax = std::fmax(tmax, t[c]);
     }
-    // A few float roundings of t (the factors, the product, tanhf's 2 ulp) and exp2's.
-    EXPECT_NEAR(m[r], tmax, 4e-6 * std::fabs(tmax) + 1e-6) << form << ", cap " << cap << ", row " << r;
+    // A few float roundings of t (the factors, the product; the folded form's SFU tanh is within
+    // ~5e-6 of t, the dividing form's tanhf 2 ulp) and exp2's.
+    EXPECT_NEAR(m[r], tmax, 8e-6 * std::fabs(tmax) + 1e-6) << form << ", cap " << cap << ", row " << r;
     for (int c = 0; c < kTile; ++c) {
       const double want = c < visible ? std::exp2(t[c] - tmax) : 0.0;  // masked keys: exactly 0
-      ASSERT_NEAR(w[r * kTile + c], want, 4e-5 * want + 1e-12)
+      ASSERT_NEAR(w[r * kTile + c], want, 1e-4 * want + 1e-12)
           << form << ", cap " << cap << ", keys [0, " << visible << "), row " << r << ", key " << c;
     }
   }

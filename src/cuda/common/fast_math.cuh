@@ -11,6 +11,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1/x, rcp.approx.ftz: ~1 ulp, rcp(+inf) = +0.
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // log2(x), lg2.approx.ftz: lg2(0) = -inf.
 __device__ __forceinline__ float fast_log2(float x) {
   float y;

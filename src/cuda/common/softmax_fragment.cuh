@@ -29,7 +29,7 @@ namespace tessera::cuda {
 // O accumulator must be multiplied. `masked` false: the whole tile is visible to every row;
 // `masked` must be the same in every lane of the warp (the mask votes).
 // capped: the soft cap (softcap_score.cuh's form, or any type with on() and the score in log2
-// units as operator()); capped.on() false: no soft cap, and t = s * scale_log2.
+// units as fragment_score()); capped.on() false: no soft cap, and t = s * scale_log2.
 // log2_weight_scale w: the weights come out as 2^w exp2(t - m) (fp8 P needs them away from the
 // bottom of its range); l then sums the scaled weights, and the caller divides out 2^w.
 //
@@ -61,10 +61,7 @@ __device__ __forceinline__ bool scores_to_weights(float (&s)[kBlockN / 8][4], ma
   // multiply is folded into the exponent's FFMA below.
   float mul = scale_log2;
   if (capped.on()) {
-#pragma unroll
-    for (int n = 0; n < kBlockN / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = capped(s[n][e]);
+    cap_fragment<Softcap::kChainTiles>(s, capped);
     mul = 1.0f;
   }
   // Soft cap first, then the mask: masked scores become -inf whatever the cap made of them.

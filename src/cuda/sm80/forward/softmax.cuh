@@ -24,9 +24,10 @@ namespace tessera::cuda::sm80 {
 // for sm_90, in the loop every tile takes: the division's slow-path call had kept the scores'
 // chains apart). The two forms differ by rounding only.
 struct DividingSoftcap {
+  static constexpr int kChainTiles = 0;
   float scale, cap;
   __device__ __forceinline__ bool on() const { return cap > 0.0f; }
-  __device__ __forceinline__ float operator()(float s) const { return math::apply_softcap(s * scale, cap) * math::kLog2e; }
+  __device__ __forceinline__ float fragment_score(float s) const { return math::apply_softcap(s * scale, cap) * math::kLog2e; }
 };
 
 // Turns raw dot products s into softmax weights for the warp's rows, updating rows[] and
