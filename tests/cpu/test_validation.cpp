@@ -656,16 +656,28 @@ TEST(Validation, Fp8RaggedNeedsCuSeqlens) {
 
 // The soft cap's check (options.softcap, validate.cpp) sits in the code every dense entry point
 // shares; this checks that each of them reaches it: a cap whose folded factors overflow (1e-39:
-// ln(2) / c past FLT_MAX, the backward's factor) and a negative one, with nothing written.
+// ln(2) / c past FLT_MAX, the backward's factor) and a negative one, with nothing written. The
+// same calls with caps of 0 and 30 must run (the check comes before the gradients' own, so
+// this shows the other arguments are valid and the error is the cap's alone).
 TEST(Validation, SoftcapCheckedByEveryDenseEntry) {
-  for (float bad : {1e-39f, -1.0f}) {
-    SCOPED_TRACE(bad);
+  for (float cap : {1e-39f, -1.0f, 0.0f, 30.0f}) {
+    SCOPED_TRACE(cap);
+    const bool good = cap == 0.0f || cap == 30.0f;
+    // Runs call() and expects it to run (good) or to fail naming options.softcap with p untouched.
+    auto check = [&](const std::function<void()>& call, const auto& p) {
+      if (good) {
+        EXPECT_NO_THROW(call());
+        EXPECT_FALSE(p.outputs_untouched());
+      } else {
+        expect_error(call, ErrorCode::invalid_argument, "options.softcap", p);
+      }
+    };
     Ragged r;
-    r.opt.softcap = bad;
-    expect_error([&] { r.call(); }, ErrorCode::invalid_argument, "options.softcap", r);
+    r.opt.softcap = cap;
+    check([&] { r.call(); }, r);
 
     Problem p;
-    p.opt.softcap = bad;
+    p.opt.softcap = cap;
     Tensor dout(p.dout.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
     Tensor dq(p.dq.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
     Tensor dk(p.dk.data(), DType::f32, {p.b, p.sk, p.hkv, p.d});
@@ -673,11 +685,10 @@ TEST(Validation, SoftcapCheckedByEveryDenseEntry) {
     std::vector<float> o(p.q.size(), 0.1f), l(p.lse.size(), 0.0f);
     Tensor O(o.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
     Tensor L(l.data(), DType::f32, {p.b, p.hq, p.sq});
-    expect_error([&] { attention_backward(p.Q(), p.K(), p.V(), O, dout, L, dq, dk, dv, p.opt); },
-                 ErrorCode::invalid_argument, "options.softcap", p);
+    check([&] { attention_backward(p.Q(), p.K(), p.V(), O, dout, L, dq, dk, dv, p.opt); }, p);
 
     Ragged rb;
-    rb.opt.softcap = bad;
+    rb.opt.softcap = cap;
     Tensor dout_r(rb.dout.data(), DType::f32, {10, rb.hq, rb.d});
     Tensor dq_r(rb.dq.data(), DType::f32, {10, rb.hq, rb.d});
     Tensor dk_r(rb.dk.data(), DType::f32, {7, rb.hkv, rb.d});
@@ -685,17 +696,17 @@ TEST(Validation, SoftcapCheckedByEveryDenseEntry) {
     std::vector<float> o_r(10 * rb.hq * rb.d, 0.1f), l_r(rb.hq * 10, 0.0f);
     Tensor O_r(o_r.data(), DType::f32, {10, rb.hq, rb.d});
     Tensor L_r(l_r.data(), DType::f32, {rb.hq, 10});
-    expect_error([&] {
+    check([&] {
       attention_backward_ragged(rb.Qr(), rb.Kr(), rb.Vr(), rb.CQ(), rb.CK(), O_r, dout_r, L_r, dq_r, dk_r, dv_r, rb.opt);
-    }, ErrorCode::invalid_argument, "options.softcap", rb);
+    }, rb);
 
     Fp8Problem f;
-    f.opt.softcap = bad;
-    expect_error([&] { f.call(f.S()); }, ErrorCode::invalid_argument, "options.softcap", f);
+    f.opt.softcap = cap;
+    check([&] { f.call(f.S()); }, f);
 
     Fp8Ragged fr;
-    fr.opt.softcap = bad;
-    expect_error([&] { fr.call({fr.D3(), fr.D3(), fr.D3()}); }, ErrorCode::invalid_argument, "options.softcap", fr);
+    fr.opt.softcap = cap;
+    check([&] { fr.call({fr.D3(), fr.D3(), fr.D3()}); }, fr);
   }
 }
 
