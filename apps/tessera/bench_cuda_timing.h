@@ -22,13 +22,15 @@ void check(cudaError_t e, const char* what);
 
 // Median milliseconds per call of launch() on `stream`, each sample `calls` calls between two
 // events (divided by calls), until min_time seconds (at least 5 samples, at most 200) have been
-// timed. TESSERA_BENCH_SAMPLES=1 prints every sample in order.
+// timed. With calls > 1 a 0.2 ms host function holds the stream before each sample's first event,
+// so that the calls are queued before it. TESSERA_BENCH_SAMPLES=1 prints every sample in order.
 double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time, int calls = 1);
 
 // Median milliseconds per call of fn on the default stream after 3 warm-up calls, each sample
 // `calls` calls back to back between two events (divided by calls). With calls > 1 a call's host
-// time hides under the GPU time of the calls queued before it wherever it is the shorter
-// (bench/peers.py's time_samples_queued); with 1 it lands in the figure.
+// time hides under the GPU time of the calls queued before it wherever it is the shorter, and the
+// first call's under a 0.2 ms hold of the stream enqueued before the first event (bench/peers.py's
+// time_samples_queued); with 1 it lands in the figure.
 double cuda_median_ms(const std::function<void()>& fn, double min_time, int calls = 1);
 
 // A dense attention row's time: cuda_median_ms with ctx.queue calls per sample when ctx.queue > 0

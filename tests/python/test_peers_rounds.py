@@ -115,11 +115,14 @@ def test_queued_samples_time_depth_calls_between_two_events_and_divide():
         return clock[0]
 
     times = peers.time_samples_queued(fn, reps=3, warmup=2, depth=5,
-                                      events=(record, lambda a, b: b - a, lambda: log.append("sync")))
+                                      events=(record, lambda a, b: b - a, lambda: log.append("sync"),
+                                              lambda: log.append("lead")))
     assert times == [2.0, 2.0, 2.0]
     assert log[:3] == ["call", "call", "sync"]
-    assert log[3:3 + 8] == ["event"] + ["call"] * 5 + ["event", "sync"]
+    # Each sample: the lead before its first event, then the calls between the two events.
+    assert log[3:3 + 9] == ["lead", "event"] + ["call"] * 5 + ["event", "sync"]
     assert log.count("call") == 2 + 3 * 5
+    assert log.count("lead") == 3
 
 
 def test_settle_runs_before_each_entrys_timed_calls_inside_its_context():
