@@ -123,6 +123,12 @@ def test_queued_samples_time_depth_calls_between_two_events_and_divide():
     assert log[3:3 + 9] == ["lead", "event"] + ["call"] * 5 + ["event", "sync"]
     assert log.count("call") == 2 + 3 * 5
     assert log.count("lead") == 3
+    # A sample of one call has no lead (as the C++ bench's): the call's host time stays in it.
+    log.clear()
+    peers.time_samples_queued(fn, reps=2, warmup=0, depth=1,
+                              events=(record, lambda a, b: b - a, lambda: log.append("sync"),
+                                      lambda: log.append("lead")))
+    assert "lead" not in log and log.count("call") == 2
 
 
 def test_settle_runs_before_each_entrys_timed_calls_inside_its_context():
