@@ -29,6 +29,7 @@
 #include "cuda/sm90/forward/fp8_v_transpose.h"
 #endif
 #include "math/dtype_convert.h"
+#include "math/online_softmax.h"
 #include "gpu/gpu_support.h"
 #include "support/test_support.h"
 #include "tessera/attention.h"
@@ -470,6 +471,41 @@ TEST(CudaFp8, ZeroDescaleGivesUniformWeights) {
     g.run();
     // O and the LSE (log of the visible key count in the zeroed heads), margins included.
     expect_matches_oracle(g, spec.name() + " zero descales");
+  }
+}
+
+// A small soft cap with large descales: scale / c is a finite float (the API's check) but times
+// dq dk it is not (here 8.8e8 x 1e30). The kernel holds that factor at FLT_MAX, so keys whose
+// q.k is exactly 0 (zeroed K rows) get a capped score of 0, not 0 * inf = NaN, and every other
+// score saturates at +-c, as in exact arithmetic. The naive baseline stays finite here
+// (|q dq . k dk| ~ 1e37 < FLT_MAX).
+TEST(CudaFp8, SmallCapWithLargeDescalesStaysFinite) {
+  if (!fp8_kernels_here()) GTEST_SKIP() << "fp8 needs the sm90 kernels (compute capability 9.0)";
+  auto rng = fresh_rng();
+  for (const CaseSpec& spec : {dense_fp8(2, 100, 100, 4, 2, 128, opts(true, -1, -1, 1e-10f)),
+                               dense_fp8(1, 77, 300, 2, 2, 256, opts(false, -1, -1, 1e-10f))}) {
+    SCOPED_TRACE(spec.name());
+    GpuFp8Case g(spec, rng);
+    ASSERT_TRUE(math::softcap_foldable(1.0f / std::sqrt(static_cast<float>(spec.head_dim)), 1e-10f));
+    g.host.descale_q.set(0, 1e15f);  // (sequence 0, kv head 0)
+    g.host.descale_k.set(0, 1e15f);
+    // Every third key of (sequence 0, kv head 0) all zeros: q.k = 0 exactly there.
+    const int hkv = spec.heads_kv, d = spec.head_dim;
+    for (int j = 0; j < spec.seq_k; j += 3)
+      for (int x = 0; x < d; ++x) g.host.k.set((static_cast<std::int64_t>(j) * hkv + 0) * d + x, 0.0f);
+    g.dq.upload(g.host.descale_q);
+    g.dk.upload(g.host.descale_k);
+    g.k.upload(g.host.k);
+    g.run();
+    expect_matches_oracle(g, spec.name() + " small cap, large descales");
+    // The LSE without expect_matches_oracle's fp8 accumulation floor (which these descales make
+    // ~1e30): every score is bounded by c (in sequence 0's kv head 0, 0 or saturated at +-c), so
+    // the accumulation's error in q.k does not reach the LSE and the plain rule holds.
+    const AttentionParams p = g.host.forward_params();
+    const auto oracle = cpu::reference::forward(p);
+    std::vector<double> naive_lse;
+    naive_fp8_forward(p, &naive_lse);
+    EXPECT_LE(error_stats(g.host.lse_packed(), oracle.lse).max_abs, tolerance(naive_lse, oracle.lse, DType::f32));
   }
 }
 

@@ -30,6 +30,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <cfloat>
 #include <cstdint>
 #include <type_traits>
 
@@ -300,7 +301,10 @@ __global__ void __launch_bounds__(
       // turn them into -inf * 0 = NaN in the exponent's FFMA.
       const float qk = fmaxf(a.q_descale.at(tc.seq, h_kv) * a.k_descale.at(tc.seq, h_kv), 0x1p-60f);
       scale_log2 *= qk;
-      capped.scale_over_cap *= qk;
+      // Held at FLT_MAX: scale / c is finite (the API checks it) but times large descales can
+      // overflow for a small cap, and a score of exactly 0 would then give 0 * inf = NaN. Any
+      // other score is then far past tanh's saturation either way (|q.k| >= 2^-18 in e4m3).
+      capped.scale_over_cap = fminf(capped.scale_over_cap * qk, FLT_MAX);
     }
 
     // S = Q K^T over head_dim in 32-byte k steps (k16 for 16-bit types, k32 for e4m3): panel
