@@ -9,7 +9,9 @@ Writes CSV rows (suite,backend,dtype,head_dim,seq,batch,heads,causal,ms,tflops,g
 CUDA events after warm-up; the median of --reps runs is reported. --timing eager (the default)
 times each call alone, so each backend's host time up to its launch is in its figure (34-41 us
 for tessera's Python call, 18-30 for cuDNN's through SDPA, H200 machine); --timing queued times
---queue calls back to back between two events, so the kernels' own times are compared. On a
+--queue calls back to back between two events, so the kernels' own times are compared; --timing
+stream takes those samples one after the other with no synchronisation (and no idle GPU) between
+them, as a training or serving loop keeps the GPU busy. On a
 power-capped GPU a backend's first samples run at the clock the one before it left (flash, a cooler
 load, leaves it high): --settle S runs each backend's own calls first. scripts/gpu-check uses
 --timing queued --settle 0.3.
@@ -46,13 +48,17 @@ def time_samples(fn, reps, warmup=3):
 LEAD_MS = 0.2
 
 
-def time_samples_queued(fn, reps, warmup=3, depth=10, events=None):
+def time_samples_queued(fn, reps, warmup=3, depth=10, events=None, train=False):
     """Milliseconds per call of `reps` samples, each `depth` calls enqueued back to back between
     two CUDA events, divided by depth: a backend's host time per call is hidden behind the queue
     wherever it is below its kernel's time. Each sample starts behind a sleep kernel of LEAD_MS
     enqueued before its first event, so that the first call's host time (which differs by
     backend: ~40 us for tessera's Python call, 18-30 for SDPA's) is hidden too instead of
-    landing in the sample as an idle gap. events: (record, elapsed, synchronize, lead) for tests."""
+    landing in the sample as an idle gap. train (--timing stream): the samples follow each other
+    on the stream with no synchronisation between them (one event between two samples, one lead
+    before the first, one synchronisation after the last), so that the GPU does not idle between
+    samples: under the power cap an idle share of the time raises the clock the samples see
+    (~0.3 ms a sample of ~2.4 ms at 1k). events: (record, elapsed, synchronize, lead) for tests."""
     if events is None:
         import torch
 
@@ -69,6 +75,16 @@ def time_samples_queued(fn, reps, warmup=3, depth=10, events=None):
     for _ in range(warmup):
         fn()
     synchronize()
+    if train:
+        if depth > 1:
+            lead()
+        marks = [record()]
+        for _ in range(reps):
+            for _ in range(depth):
+                fn()
+            marks.append(record())
+        synchronize()
+        return [elapsed(a, b) / depth for a, b in zip(marks, marks[1:])]
     times = []
     for _ in range(reps):
         if depth > 1:  # as the C++ bench: a sample of one call keeps its host time
@@ -341,11 +357,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="time the backends of a dense shape in this many alternating rounds (A, B, C, A, B, C, ...) "
                          "of reps / rounds calls each, so that clock drift falls on all alike (1: one after the other)")
-    ap.add_argument("--timing", choices=("eager", "queued"), default="eager",
+    ap.add_argument("--timing", choices=("eager", "queued", "stream"), default="eager",
                     help="dense shapes: eager times each call alone (an event, the call, an event, a "
                          "synchronisation: host time up to the launch included); queued times --queue calls "
-                         "back to back between two events (the kernels' own time)")
-    ap.add_argument("--queue", type=int, default=10, help="calls per sample under --timing queued")
+                         "back to back between two events (the kernels' own time); stream takes those samples "
+                         "one after the other on the stream, synchronised only after the last (no idle GPU "
+                         "between samples)")
+    ap.add_argument("--queue", type=int, default=10, help="calls per sample under --timing queued or stream")
     ap.add_argument("--settle", type=float, default=0.0,
                     help="dense shapes: seconds of each backend's own calls, untimed, before its samples of a "
                          "round, so that none inherits the clock another's load left (0: none)")
@@ -370,8 +388,9 @@ def main():
     ceilings(args.reps, rows)
     hds = [128] if args.quick else [int(x) for x in args.head_dims.split(",")]
     timer = time_samples
-    if args.timing == "queued":
-        timer = lambda fn, reps: time_samples_queued(fn, reps, depth=args.queue)
+    if args.timing in ("queued", "stream"):
+        train = args.timing == "stream"
+        timer = lambda fn, reps: time_samples_queued(fn, reps, depth=args.queue, train=train)
     dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward,
           args.rounds, fp8=not args.no_fp8, timer=timer, settle=settle_for(args.settle) if args.settle > 0 else None)
     if not args.no_decode:

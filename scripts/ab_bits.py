@@ -5,11 +5,11 @@ bits as tree A. Each tree's Python module (TREE/build-ab/python) runs the shapes
 process of its own on the same inputs (seeded), writing O and LSE as raw bytes; the parent then
 compares every tree's bytes with tree A's and prints one Markdown table.
 
-  scripts/ab_bits.py [--shapes D,SEQ,CAUSAL ...] TREE_A TREE_B [TREE...]
+  scripts/ab_bits.py [--shapes D,SEQ,CAUSAL[,CAP] ...] TREE_A TREE_B [TREE...]
 
 A shape is head_dim, sequence length (16k tokens per call, as bench/profile_case.py) and 0 / 1
-for causal; "r" as the sequence length is a ragged causal call of 64 sequences over 16384
-tokens. A tree whose child fails reads "error" in its cells (its message on stderr)."""
+for causal, optionally a soft cap (a positive number); "r" as the sequence length is a ragged
+causal call of 64 sequences over 16384 tokens. A tree whose child fails reads "error" in its cells (its message on stderr)."""
 import argparse
 import os
 import subprocess
@@ -22,18 +22,27 @@ DEFAULT_SHAPES = ["64,1024,1", "128,1024,1", "256,1024,1", "64,2048,1", "128,409
 
 
 def parse_shape(text):
-    """'D,SEQ,CAUSAL' -> (d, seq or 'r', causal); a ValueError names what is wrong."""
+    """'D,SEQ,CAUSAL[,CAP]' -> (d, seq or 'r', causal, cap: 0.0 without); a ValueError names what
+    is wrong."""
     parts = text.split(",")
-    if len(parts) != 3:
-        raise ValueError(f"shape '{text}': expected D,SEQ,CAUSAL (e.g. 128,1024,1)")
-    d, seq, causal = parts
+    if len(parts) not in (3, 4):
+        raise ValueError(f"shape '{text}': expected D,SEQ,CAUSAL or D,SEQ,CAUSAL,CAP (e.g. 128,1024,1 or 128,1024,0,30)")
+    d, seq, causal = parts[:3]
+    cap = 0.0
+    if len(parts) == 4:
+        try:
+            cap = float(parts[3])
+        except ValueError:
+            cap = -1.0
+        if not 0.0 < cap < float("inf"):
+            raise ValueError(f"shape '{text}': a soft cap above 0 expected, got '{parts[3]}'")
     if d not in ("64", "128", "256"):
         raise ValueError(f"shape '{text}': head_dim 64, 128 or 256 expected, got '{d}'")
     if seq != "r" and (not seq.isdigit() or not 1 <= int(seq) <= 16384):
         raise ValueError(f"shape '{text}': a sequence length of 1 to 16384 or 'r' expected, got '{seq}'")
     if causal not in ("0", "1"):
         raise ValueError(f"shape '{text}': causal 0 or 1 expected, got '{causal}'")
-    return int(d), seq if seq == "r" else int(seq), causal == "1"
+    return int(d), seq if seq == "r" else int(seq), causal == "1", cap
 
 
 # Run in a child per tree (its module on PYTHONPATH): writes, per shape, O and LSE as raw bytes.
@@ -41,8 +50,9 @@ CHILD = r"""
 import sys, torch, tessera
 out_dir, shapes = sys.argv[1], sys.argv[2:]
 for k, text in enumerate(shapes):
-    d, seq, causal = text.split(",")
+    d, seq, causal = text.split(",")[:3]
     d, causal = int(d), causal == "1"
+    cap = float(text.split(",")[3]) if text.count(",") == 3 else 0.0
     heads = 2048 // d
     g = torch.Generator(device="cuda").manual_seed(1000 + k)
     if seq == "r":
@@ -50,12 +60,12 @@ for k, text in enumerate(shapes):
         cuts = torch.randperm(total - 1, generator=torch.Generator().manual_seed(k))[:63] + 1
         cu = torch.cat([torch.tensor([0]), cuts.sort().values, torch.tensor([total])]).to(torch.int32).cuda()
         q, kk, v = (torch.randn((total, heads, d), device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-        o, lse = tessera.attention_ragged(q, kk, v, cu, cu, causal=causal, return_lse=True)
+        o, lse = tessera.attention_ragged(q, kk, v, cu, cu, causal=causal, softcap=cap, return_lse=True)
     else:
         seq = int(seq)
         shape = (max(1, 16384 // seq), seq, heads, d)
         q, kk, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-        o, lse = tessera.attention(q, kk, v, causal=causal, return_lse=True)
+        o, lse = tessera.attention(q, kk, v, causal=causal, softcap=cap, return_lse=True)
     torch.cuda.synchronize()
     with open(f"{out_dir}/{k}.o", "wb") as f:
         f.write(o.contiguous().view(torch.uint8).cpu().numpy().tobytes())
@@ -107,7 +117,7 @@ def run(trees, shapes, runner=subprocess.run):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, metavar="D,SEQ,CAUSAL")
+    ap.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, metavar="D,SEQ,CAUSAL[,CAP]")
     ap.add_argument("trees", nargs="+")
     a = ap.parse_args(argv)
     if len(a.trees) < 2 or len(a.trees) > len(LABELS):

@@ -100,24 +100,26 @@ int run_bench(int argc, char** argv) {
   args.add_string("timing", &timing,
                   "dense CUDA attention rows: eager (each call alone between two events, its host time included) or "
                   "queued (--queue calls back to back per sample: the kernels' own time, as bench/peers.py --timing "
-                  "queued)");
-  args.add_int("queue", &queue, "calls per sample under --timing queued");
+                  "queued) or stream (those samples one after the other, synchronised after the last only: no idle "
+                  "GPU between samples, as bench/peers.py --timing stream)");
+  args.add_int("queue", &queue, "calls per sample under --timing queued or stream");
   args.add_string("csv", &csv_path, "also write rows to this CSV file (columns of bench/peers.py, for bench/compare.py)");
   args.add_epilog("Record figures you quote in bench/RESULTS.md with date, machine, commit, exact command and the\n"
                   "peers measured in the same run.\n");
   if (!args.parse(argc, argv, 2)) return 0;
   ctx.quick = quick;
-  if (timing != "eager" && timing != "queued")
-    throw UsageError("--timing: expected eager or queued, got '" + timing + "'");
+  if (timing != "eager" && timing != "queued" && timing != "stream")
+    throw UsageError("--timing: expected eager, queued or stream, got '" + timing + "'");
   if (queue < 1) throw UsageError("--queue: expected a whole number >= 1, got " + std::to_string(queue));
   // --queue sizes the queued samples; under eager timing it would be silently ignored.
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (timing == "eager" && (a == "--queue" || a.rfind("--queue=", 0) == 0))
-      throw UsageError("--queue: expected only with --timing queued, got --queue " + std::to_string(queue) +
+      throw UsageError("--queue: expected only with --timing queued or stream, got --queue " + std::to_string(queue) +
                        " with --timing eager");
   }
-  ctx.queue = timing == "queued" ? queue : 0;
+  ctx.queue = timing == "eager" ? 0 : queue;
+  ctx.train = timing == "stream";
 
   if (list) {
     for (const bench::Suite& s : sorted_suites())

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -49,31 +50,65 @@ void check(cudaError_t e, const char* what) {
 
 // Median milliseconds per call of launch() on `stream`, each sample `calls` calls between two
 // events (divided by calls), until min_time seconds (at least 5 samples, at most 200) have been
-// timed. With calls > 1 each sample starts behind hold_stream.
-double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time, int calls) {
+// timed. With calls > 1 each sample starts behind hold_stream. train: the samples follow each
+// other on the stream (one event between two samples, one hold before the first, one
+// synchronisation after the last), sized by a probe sample before them.
+double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time, int calls,
+                       bool train) {
   if (calls < 1) throw std::invalid_argument("median_event_ms: calls >= 1 expected, got " + std::to_string(calls));
   const bool show_samples = print_samples();
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  std::vector<double> ms;
-  double total = 0;
-  while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
+  // Events created up front and destroyed on every way out (a failed launch throws).
+  struct Events {
+    std::vector<cudaEvent_t> e;
+    explicit Events(std::size_t n) : e(n, nullptr) {
+      for (cudaEvent_t& x : e) check(cudaEventCreate(&x), "cudaEventCreate");
+    }
+    ~Events() {
+      for (cudaEvent_t x : e)
+        if (x != nullptr) cudaEventDestroy(x);
+    }
+    float ms(std::size_t i, std::size_t j) const {
+      float t = 0;
+      check(cudaEventElapsedTime(&t, e[i], e[j]), "cudaEventElapsedTime");
+      return t;
+    }
+  };
+  const auto sample = [&](cudaEvent_t a, cudaEvent_t b) {
     if (calls > 1) check(cudaLaunchHostFunc(stream, hold_stream, nullptr), "cudaLaunchHostFunc");
     check(cudaEventRecord(a, stream), "cudaEventRecord");
     for (int i = 0; i < calls; ++i) launch();
     check(cudaEventRecord(b, stream), "cudaEventRecord");
     check(cudaEventSynchronize(b), "timed run");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    ms.push_back(t / calls);
-    total += t;
+  };
+  std::vector<double> ms;
+  if (train) {
+    Events probe(2);
+    sample(probe.e[0], probe.e[1]);
+    const double per_sample = std::max(1e-3, static_cast<double>(probe.ms(0, 1)));
+    const int n = static_cast<int>(std::clamp(std::ceil(min_time * 1e3 / per_sample), 5.0, 200.0));
+    Events marks(static_cast<std::size_t>(n) + 1);
+    if (calls > 1) check(cudaLaunchHostFunc(stream, hold_stream, nullptr), "cudaLaunchHostFunc");
+    check(cudaEventRecord(marks.e[0], stream), "cudaEventRecord");
+    for (int s = 1; s <= n; ++s) {
+      for (int i = 0; i < calls; ++i) launch();
+      check(cudaEventRecord(marks.e[s], stream), "cudaEventRecord");
+    }
+    check(cudaEventSynchronize(marks.e[n]), "timed run");
+    for (int s = 1; s <= n; ++s) ms.push_back(marks.ms(s - 1, s) / calls);
+  } else {
+    Events ab(2);
+    double total = 0;
+    while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
+      sample(ab.e[0], ab.e[1]);
+      const float t = ab.ms(0, 1);
+      ms.push_back(t / calls);
+      total += t;
+    }
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   // Every sample in the order taken (drift within a case: clocks, power).
   if (show_samples) {
-    std::fprintf(stderr, "samples (ms per call, %d call%s each, in order):", calls, calls == 1 ? "" : "s");
+    std::fprintf(stderr, "samples (ms per call, %d call%s each, in order%s):", calls, calls == 1 ? "" : "s",
+                 train ? ", one train" : "");
     for (const double t : ms) std::fprintf(stderr, " %.4f", t);
     std::fprintf(stderr, "\n");
   }
@@ -84,14 +119,14 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
 
 // Median milliseconds per call of fn on the default stream, timed with events after 3 warm-up
 // calls, `calls` calls per sample.
-double cuda_median_ms(const std::function<void()>& fn, double min_time, int calls) {
+double cuda_median_ms(const std::function<void()>& fn, double min_time, int calls, bool train) {
   for (int i = 0; i < 3; ++i) fn();
   check(cudaDeviceSynchronize(), "warm-up");
-  return median_event_ms(nullptr, fn, min_time, calls);
+  return median_event_ms(nullptr, fn, min_time, calls, train);
 }
 
 double dense_median_ms(const Context& ctx, const std::function<void()>& fn) {
-  return cuda_median_ms(fn, ctx.min_time, ctx.queue > 0 ? ctx.queue : 1);
+  return cuda_median_ms(fn, ctx.min_time, ctx.queue > 0 ? ctx.queue : 1, ctx.queue > 0 && ctx.train);
 }
 
 // Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues (captured

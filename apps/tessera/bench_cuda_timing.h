@@ -23,18 +23,21 @@ void check(cudaError_t e, const char* what);
 // Median milliseconds per call of launch() on `stream`, each sample `calls` calls between two
 // events (divided by calls), until min_time seconds (at least 5 samples, at most 200) have been
 // timed. With calls > 1 a 0.2 ms host function holds the stream before each sample's first event,
-// so that the calls are queued before it. TESSERA_BENCH_SAMPLES=1 prints every sample in order.
-double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time, int calls = 1);
+// so that the calls are queued before it. train: the samples follow each other on the stream with
+// no synchronisation between them (--timing stream), sized by one probe sample before them.
+// TESSERA_BENCH_SAMPLES=1 prints every sample in order.
+double median_event_ms(cudaStream_t stream, const std::function<void()>& launch, double min_time, int calls = 1,
+                       bool train = false);
 
 // Median milliseconds per call of fn on the default stream after 3 warm-up calls, each sample
 // `calls` calls back to back between two events (divided by calls). With calls > 1 a call's host
 // time hides under the GPU time of the calls queued before it wherever it is the shorter, and the
 // first call's under a 0.2 ms hold of the stream enqueued before the first event (bench/peers.py's
-// time_samples_queued); with 1 it lands in the figure.
-double cuda_median_ms(const std::function<void()>& fn, double min_time, int calls = 1);
+// time_samples_queued); with 1 it lands in the figure. train: as median_event_ms's.
+double cuda_median_ms(const std::function<void()>& fn, double min_time, int calls = 1, bool train = false);
 
 // A dense attention row's time: cuda_median_ms with ctx.queue calls per sample when ctx.queue > 0
-// (--timing queued), else one.
+// (--timing queued; --timing stream: in one train), else one.
 double dense_median_ms(const Context& ctx, const std::function<void()>& fn);
 
 // Median milliseconds of one replay of a CUDA graph holding what fn(stream) enqueues.

@@ -38,6 +38,10 @@ struct Context {
   // events per sample, so that host time hides under the kernels before it, as bench/peers.py
   // --timing queued times the peers the table compares with.
   int queue = 0;
+  // --timing stream: those samples one after the other on the stream, synchronised after the last
+  // only, so that the GPU does not idle between them (under the power cap an idle share raises
+  // the clock the samples run at).
+  bool train = false;
 };
 
 // One row of the table. The rate column is flops/time when `flops` > 0, else bytes/time when

@@ -65,6 +65,11 @@ def test_a_flipped_byte_a_resized_output_and_a_failed_tree_are_reported(capsys):
 
 @pytest.mark.parametrize("text, message", [
     ("64,1024", "expected D,SEQ,CAUSAL"),
+    ("64,1024,1,30,2", "expected D,SEQ,CAUSAL"),
+    ("64,1024,1,0", "a soft cap above 0"),
+    ("64,1024,1,-3", "a soft cap above 0"),
+    ("64,1024,1,cap", "a soft cap above 0"),
+    ("64,1024,1,inf", "a soft cap above 0"),
     ("96,1024,1", "head_dim 64, 128 or 256"),
     ("64,0,1", "sequence length of 1 to 16384 or 'r'"),
     ("64,x,1", "sequence length of 1 to 16384 or 'r'"),
@@ -73,6 +78,11 @@ def test_a_flipped_byte_a_resized_output_and_a_failed_tree_are_reported(capsys):
 def test_bad_shapes_are_named(text, message):
     with pytest.raises(ValueError, match=message):
         ab_bits.parse_shape(text)
+
+
+def test_a_shape_may_carry_a_soft_cap():
+    assert ab_bits.parse_shape("128,1024,0,30") == (128, 1024, False, 30.0)
+    assert ab_bits.parse_shape("64,r,1") == (64, "r", True, 0.0)
 
 
 def test_command_line_needs_two_trees(capsys):

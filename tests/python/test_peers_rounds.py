@@ -131,6 +131,37 @@ def test_queued_samples_time_depth_calls_between_two_events_and_divide():
     assert "lead" not in log and log.count("call") == 2
 
 
+def test_stream_samples_follow_each_other_with_one_synchronisation():
+    # --timing stream: one lead, then the samples' calls with one event between two samples and a
+    # single synchronisation after the last; each sample is the span between consecutive events.
+    clock = [0.0]
+    log = []
+    cost = iter([1.0] * 2 + [2.0] * 4 + [3.0] * 4 + [5.0] * 4)  # warm-up, then three samples
+
+    def fn():
+        clock[0] += next(cost)
+        log.append("call")
+
+    def record():
+        log.append("event")
+        return clock[0]
+
+    times = peers.time_samples_queued(fn, reps=3, warmup=2, depth=4, train=True,
+                                      events=(record, lambda a, b: b - a, lambda: log.append("sync"),
+                                              lambda: log.append("lead")))
+    assert times == [2.0, 3.0, 5.0]
+    sample = ["call"] * 4 + ["event"]
+    assert log == ["call", "call", "sync", "lead", "event"] + sample * 3 + ["sync"]
+    # One call a sample: no lead, as in queued timing.
+    log.clear()
+    clock[0] = 0.0
+    cost = iter([1.0] * 3)
+    peers.time_samples_queued(fn, reps=3, warmup=0, depth=1, train=True,
+                              events=(record, lambda a, b: b - a, lambda: log.append("sync"),
+                                      lambda: log.append("lead")))
+    assert log == ["sync", "event"] + ["call", "event"] * 3 + ["sync"]
+
+
 def test_settle_runs_before_each_entrys_timed_calls_inside_its_context():
     log = []
 
