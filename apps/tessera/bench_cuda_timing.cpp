@@ -61,11 +61,20 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
   struct Events {
     std::vector<cudaEvent_t> e;
     explicit Events(std::size_t n) : e(n, nullptr) {
-      for (cudaEvent_t& x : e) check(cudaEventCreate(&x), "cudaEventCreate");
+      for (cudaEvent_t& x : e) {
+        const cudaError_t r = cudaEventCreate(&x);
+        if (r != cudaSuccess) {
+          release();  // (a throwing constructor runs no destructor)
+          check(r, "cudaEventCreate");
+        }
+      }
     }
-    ~Events() {
-      for (cudaEvent_t x : e)
+    ~Events() { release(); }
+    void release() {
+      for (cudaEvent_t& x : e) {
         if (x != nullptr) cudaEventDestroy(x);
+        x = nullptr;
+      }
     }
     float ms(std::size_t i, std::size_t j) const {
       float t = 0;
