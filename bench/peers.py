@@ -14,7 +14,7 @@ stream takes those samples one after the other with no synchronisation (and no i
 them, as a training or serving loop keeps the GPU busy. On a
 power-capped GPU a backend's first samples run at the clock the one before it left (flash, a cooler
 load, leaves it high): --settle S runs each backend's own calls first. scripts/gpu-check uses
---timing queued --settle 0.3.
+--timing stream --settle 0.3 (queued until the thirty-ninth session).
 """
 import argparse
 import csv
@@ -57,8 +57,8 @@ def time_samples_queued(fn, reps, warmup=3, depth=10, events=None, train=False):
     landing in the sample as an idle gap. train (--timing stream): the samples follow each other
     on the stream with no synchronisation between them (one event between two samples, one lead
     before the first, one synchronisation after the last), so that the GPU does not idle between
-    samples: under the power cap an idle share of the time raises the clock the samples see
-    (~0.3 ms a sample of ~2.4 ms at 1k). events: (record, elapsed, synchronize, lead) for tests."""
+    samples: under the power cap a share of the time without attention work raises the clock the
+    samples see (an estimated ~0.3 ms a sample of ~2.4 ms at 1k). events: (record, elapsed, synchronize, lead) for tests."""
     if events is None:
         import torch
 
@@ -96,6 +96,14 @@ def time_samples_queued(fn, reps, warmup=3, depth=10, events=None, train=False):
         synchronize()
         times.append(elapsed(a, b) / depth)
     return times
+
+
+def timer_for(timing, queue):
+    """The dense shapes' timer of --timing (eager, queued or stream) with --queue calls a sample."""
+    if timing == "eager":
+        return time_samples
+    train = timing == "stream"
+    return lambda fn, reps: time_samples_queued(fn, reps, depth=queue, train=train)
 
 
 def time_ms(fn, reps, warmup=3):
@@ -387,10 +395,7 @@ def main():
     rows = StampedRows() if args.stamps else []
     ceilings(args.reps, rows)
     hds = [128] if args.quick else [int(x) for x in args.head_dims.split(",")]
-    timer = time_samples
-    if args.timing in ("queued", "stream"):
-        train = args.timing == "stream"
-        timer = lambda fn, reps: time_samples_queued(fn, reps, depth=args.queue, train=train)
+    timer = timer_for(args.timing, args.queue)
     dense(args.reps, rows, hds, [int(x) for x in args.seqs.split(",")], args.tokens, "bf16", not args.no_backward,
           args.rounds, fp8=not args.no_fp8, timer=timer, settle=settle_for(args.settle) if args.settle > 0 else None)
     if not args.no_decode:

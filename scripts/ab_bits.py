@@ -9,7 +9,8 @@ compares every tree's bytes with tree A's and prints one Markdown table.
 
 A shape is head_dim, sequence length (16k tokens per call, as bench/profile_case.py) and 0 / 1
 for causal, optionally a soft cap (a positive number); "r" as the sequence length is a ragged
-causal call of 64 sequences over 16384 tokens. A tree whose child fails reads "error" in its cells (its message on stderr)."""
+causal call of 64 sequences over 16384 tokens. A tree whose child fails reads "error" in its
+cells (its message on stderr)."""
 import argparse
 import os
 import subprocess
@@ -26,7 +27,8 @@ def parse_shape(text):
     is wrong."""
     parts = text.split(",")
     if len(parts) not in (3, 4):
-        raise ValueError(f"shape '{text}': expected D,SEQ,CAUSAL or D,SEQ,CAUSAL,CAP (e.g. 128,1024,1 or 128,1024,0,30)")
+        raise ValueError(f"shape '{text}': expected D,SEQ,CAUSAL or D,SEQ,CAUSAL,CAP "
+                         "(e.g. 128,1024,1 or 128,1024,0,30)")
     d, seq, causal = parts[:3]
     cap = 0.0
     if len(parts) == 4:
@@ -60,12 +62,14 @@ for k, text in enumerate(shapes):
         cuts = torch.randperm(total - 1, generator=torch.Generator().manual_seed(k))[:63] + 1
         cu = torch.cat([torch.tensor([0]), cuts.sort().values, torch.tensor([total])]).to(torch.int32).cuda()
         q, kk, v = (torch.randn((total, heads, d), device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-        o, lse = tessera.attention_ragged(q, kk, v, cu, cu, causal=causal, softcap=cap, return_lse=True)
+        kw = {"softcap": cap} if cap > 0 else {}  # (a tree's API before the soft cap takes no such argument)
+        o, lse = tessera.attention_ragged(q, kk, v, cu, cu, causal=causal, return_lse=True, **kw)
     else:
         seq = int(seq)
         shape = (max(1, 16384 // seq), seq, heads, d)
         q, kk, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-        o, lse = tessera.attention(q, kk, v, causal=causal, softcap=cap, return_lse=True)
+        kw = {"softcap": cap} if cap > 0 else {}
+        o, lse = tessera.attention(q, kk, v, causal=causal, return_lse=True, **kw)
     torch.cuda.synchronize()
     with open(f"{out_dir}/{k}.o", "wb") as f:
         f.write(o.contiguous().view(torch.uint8).cpu().numpy().tobytes())

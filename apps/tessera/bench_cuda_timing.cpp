@@ -6,9 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +69,8 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
         }
       }
     }
+    Events(const Events&) = delete;  // a copy would destroy the same events twice
+    Events& operator=(const Events&) = delete;
     ~Events() { release(); }
     void release() {
       for (cudaEvent_t& x : e) {

@@ -33,7 +33,8 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
 // `calls` calls back to back between two events (divided by calls). With calls > 1 a call's host
 // time hides under the GPU time of the calls queued before it wherever it is the shorter, and the
 // first call's under a 0.2 ms hold of the stream enqueued before the first event (bench/peers.py's
-// time_samples_queued); with 1 it lands in the figure. train: as median_event_ms's.
+// time_samples_queued); with 1 it lands in the figure (in a train, where the host runs ahead of
+// the GPU after the first sample, it hides there too). train: as median_event_ms's.
 double cuda_median_ms(const std::function<void()>& fn, double min_time, int calls = 1, bool train = false);
 
 // A dense attention row's time: cuda_median_ms with ctx.queue calls per sample when ctx.queue > 0

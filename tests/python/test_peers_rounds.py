@@ -162,6 +162,16 @@ def test_stream_samples_follow_each_other_with_one_synchronisation():
     assert log == ["sync", "event"] + ["call", "event"] * 3 + ["sync"]
 
 
+def test_timing_option_picks_the_timer(monkeypatch):
+    seen = []
+    monkeypatch.setattr(peers, "time_samples_queued",
+                        lambda fn, reps, depth, train: seen.append((reps, depth, train)) or [1.0])
+    assert peers.timer_for("eager", 10) is peers.time_samples
+    peers.timer_for("queued", 7)(None, 3)
+    peers.timer_for("stream", 5)(None, 4)
+    assert seen == [(3, 7, False), (4, 5, True)]
+
+
 def test_settle_runs_before_each_entrys_timed_calls_inside_its_context():
     log = []
 
