@@ -58,7 +58,8 @@ def time_samples_queued(fn, reps, warmup=3, depth=10, events=None, train=False):
     on the stream with no synchronisation between them (one event between two samples, one lead
     before the first, one synchronisation after the last), so that the GPU does not idle between
     samples: under the power cap a share of the time without attention work raises the clock the
-    samples see (an estimated ~0.3 ms a sample of ~2.4 ms at 1k). events: (record, elapsed, synchronize, lead) for tests."""
+    samples see (an estimated ~0.3 ms a sample of ~2.4 ms at 1k). events: (record, elapsed,
+    synchronize, lead) for tests."""
     if events is None:
         import torch
 
