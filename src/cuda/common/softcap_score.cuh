@@ -50,6 +50,13 @@ struct SoftcapScore {
   }
 };
 
+// SoftcapScore whose fragments cap_fragment caps kGroup n-tiles at a time (0: all at once); a
+// kernel picks kGroup per instance (the sm90 forward: FwdTraits::kCapGroup).
+template <int kGroup>
+struct GroupedSoftcapScore : SoftcapScore {
+  static constexpr int kChainTiles = kGroup;
+};
+
 // Caps an accumulator fragment of scores in place with capped.fragment_score (s[n][e]: n-tile n,
 // element e; e >> 1 picks the row, a query's), kGroup n-tiles at a time: each group's arguments are x + 0 * (the capped score of
 // the same row and element kGroup n-tiles back), i.e. x itself (a NaN there makes the row NaN

@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(
     // FP8: the q and k descales of the tile's (sequence, kv head) fold into the score scale (and
     // the soft cap's, softcap_score.cuh).
     float scale_log2 = a.scale_log2;
-    SoftcapScore capped{a.scale_over_cap, a.softcap_log2};
+    GroupedSoftcapScore<Tr::kCapGroup> capped{{a.scale_over_cap, a.softcap_log2}};
     if constexpr (kFp8) {
       const int h_kv = a.group_div.div(tc.head);
       // Floored at 2^-60 (factors are >= 0): a zero factor (an all-zero head) must give scores of
