@@ -180,14 +180,14 @@ struct FwdTraits {
   // computes each tile's visible K/V range, spilled 16 B around the Q load on 24 registers
   // (ptxas 13.0); 32 + 232 for the consumers, whose O (64) + S (88) + P (44) fit (0 spill).
   static constexpr bool kRoomyProducer = kMasked_ && !kFp8 && kHeadDim == 128 && kBlockN_ == 176;
+  // The soft cap's group (cap_fragment, softcap_score.cuh): all n-tiles at once for FP8 and the
+  // masked head_dim 128 x 176 instance, whose capped rows then take 0.964-0.981 of the time they
+  // take in groups of two (FP8 d128 16k and 1k, FP8 d256 16k, causal d128 16k; thirty-ninth and
+  // fortieth sessions; the same bits, 0 spills); two elsewhere, where all at once cost the
+  // unmasked 128-key instance 4 % at 1k and gave ~1 %, inside the spread, at 16k.
+  static constexpr int kCapGroup = kFp8 || kRoomyProducer ? 0 : 2;
   // The tail-row instance's producer keeps one more value per tile (24 spilled it): 32, which
   // three consumer warpgroups of 160 leave (128 x 32 + 384 x 160 = 65,536).
-  // The soft cap's group (cap_fragment, softcap_score.cuh): all n-tiles at once for FP8 and the
-  // masked head_dim 128 x 176 instance, whose capped rows took 0.964 and 0.973 of the time with
-  // groups of two (thirty-ninth session: FP8 d128 16k, causal d128 16k; the same bits, 0 spills);
-  // two elsewhere, where all at once cost the unmasked 128-key instance 4 % at 1k and gave
-  // ~1 % inside the spread at 16k.
-  static constexpr int kCapGroup = kFp8 || kRoomyProducer ? 0 : 2;
   static constexpr int kProducerRegs =
       kTransposing ? (kHeadDim == 128 ? 32 : 40) : kRoomyProducer || kTailRows ? 32 : 24;
   static constexpr int kConsumerRegs =
