@@ -356,16 +356,21 @@ __global__ void __launch_bounds__(
       }
       wgmma_commit();
     };
+    // Rows past the sequence (a ragged tile's next sequence) do not vote in the lazy rescale.
+    // Formed once a query tile and kept opaque: ptxas otherwise recomputes the row from the
+    // thread index on every K/V tile (7 instructions a tile on d64's path).
+    int vote_bits = (row < tc.q_len ? 1 : 0) | (row + 8 < tc.q_len ? 2 : 0);
+    asm volatile("" : "+r"(vote_bits));
     auto weights = [&](int i) {
+      const bool vote0 = (vote_bits & 1) != 0, vote1 = (vote_bits & 2) != 0;
       const int n0 = (tc.n_begin + i) * BN;
       // Unmasked instances: full = [0, k_len) and n0 >= 0, so only the tail tile (n0 + BN > k_len)
       // needs the mask; the general test cost ~9 instructions per tile there.
       const bool masked = kMasked ? !(full.begin <= n0 && n0 + BN <= full.end) : n0 + BN > tc.k_len;
-      // Rows past the sequence (a ragged tile's next sequence) do not vote. The tile's first K/V
-      // tile (run_kv_tiles calls weights(0) once, before its loop from 1) enters the rows
-      // without the vote (scores_to_weights' kFirstTile); the tail-row shares (run_kv_share)
-      // take the general form. The mask in the thread's frame (softmax_fragment.cuh).
-      const bool vote0 = row < tc.q_len, vote1 = row + 8 < tc.q_len;
+      // The tile's first K/V tile (run_kv_tiles calls weights(0) once, before its loop from 1)
+      // enters the rows without the vote (scores_to_weights' kFirstTile); the tail-row shares
+      // (run_kv_share) take the general form. The mask in the thread's frame
+      // (softmax_fragment.cuh).
       if (!kTailRows && i == 0)
         rescale_o = scores_to_weights<BN, true, true, true>(s, rows, keys, masked, n0, q, scale_log2, capped,
                                                             alpha, kLog2WeightScale, kLazyRescaleLog2, vote0, vote1);
