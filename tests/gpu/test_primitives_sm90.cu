@@ -616,20 +616,27 @@ TEST(PrimitivesSm90, CvtE4m3x2RoundsAndSaturates) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Programmatic dependent launch: the primary grid lets its dependent launch at its start, spins
-// 50 us, then writes; the dependent (launched with programmatic stream serialization, so it may
-// be resident while the primary spins) waits with griddepcontrol_wait and reads. It must see
-// every write. After a plain launch the same dependent's wait returns at once (nothing pending).
+// Programmatic dependent launch, on a stream of its own: the primary grid lets its dependent
+// launch at its start, spins 200 us, stamps %globaltimer and writes; the dependent (launched
+// with programmatic stream serialization) stamps %globaltimer as it starts, waits with
+// griddepcontrol_wait and reads. It must see every write (a wait that returns early reads the
+// previous round's values), and in at least one round its start must come before the
+// primary's writes, which shows that launch_dependents let it in early (a no-op
+// launch_dependents, or wrappers compiled to nothing, start it only after the primary, and the
+// wait would then have nothing to do). Odd rounds launch the dependent plainly: its wait then
+// returns at once, and it starts after the primary.
 
-__global__ void pdl_primary_kernel(int* data, int n, int round) {
+__global__ void pdl_primary_kernel(int* data, int n, int round, unsigned long long* write_time) {
   sm90::griddepcontrol_launch_dependents();
   const unsigned long long t0 = sm80::sreg_globaltimer();
-  while (sm80::sreg_globaltimer() - t0 < 50000) {
+  while (sm80::sreg_globaltimer() - t0 < 200000) {
   }
+  if (threadIdx.x == 0) *write_time = sm80::sreg_globaltimer();
   for (int i = threadIdx.x; i < n; i += blockDim.x) data[i] = round * n + i + 1;
 }
 
-__global__ void pdl_dependent_kernel(const int* data, int n, int* seen) {
+__global__ void pdl_dependent_kernel(const int* data, int n, int* seen, unsigned long long* start_time) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *start_time = sm80::sreg_globaltimer();
   sm90::griddepcontrol_wait();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) seen[i] = data[i];
 }
@@ -638,25 +645,43 @@ TEST(PrimitivesSm90, GridDependencyWaitSeesThePrimarysWrites) {
   TESSERA_REQUIRE_SM90();
   constexpr int n = 4096, kRounds = 8;
   DeviceBuffer<int> data(n, 0), seen(n);
-  for (int round = 0; round < kRounds; ++round) {
-    pdl_primary_kernel<<<1, 128>>>(data.get(), n, round);
+  DeviceBuffer<unsigned long long> write_time(1), start_time(1);
+  cudaStream_t stream = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  auto launch_pair = [&](int round, bool programmatic) {
+    pdl_primary_kernel<<<1, 128, 0, stream>>>(data.get(), n, round, write_time.get());
     TESSERA_TEST_CUDA(cudaGetLastError());
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(4);
     cfg.blockDim = dim3(128);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.stream = stream;
     cfg.attrs = attr;
-    cfg.numAttrs = round % 2 == 0 ? 1 : 0;  // odd rounds: a plain launch, the wait a no-op
-    TESSERA_TEST_CUDA(cudaLaunchKernelEx(&cfg, pdl_dependent_kernel, static_cast<const int*>(data.get()), n, seen.get()));
+    cfg.numAttrs = programmatic ? 1 : 0;
+    TESSERA_TEST_CUDA(cudaLaunchKernelEx(&cfg, pdl_dependent_kernel, static_cast<const int*>(data.get()), n,
+                                         seen.get(), start_time.get()));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+  };
+  launch_pair(-1, true);  // both kernels loaded before the rounds (lazy loading would delay the first)
+  int early_starts = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const bool programmatic = round % 2 == 0;
+    launch_pair(round, programmatic);
     const auto got = seen.read();
     int wrong = 0;
     for (int i = 0; i < n; ++i)
       if (got[i] != round * n + i + 1 && ++wrong <= 5)
         ADD_FAILURE() << "round " << round << ", element " << i << ": " << got[i] << ", want " << round * n + i + 1;
     EXPECT_EQ(wrong, 0) << "round " << round;
+    const unsigned long long started = start_time.read()[0], written = write_time.read()[0];
+    if (programmatic) early_starts += started < written ? 1 : 0;
+    else EXPECT_GT(started, written) << "a plain launch started before the primary's writes, round " << round;
   }
+  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
+  EXPECT_GE(early_starts, 1) << "the dependent never started while the primary ran (of " << kRounds / 2
+                             << " programmatic rounds): launch_dependents had no effect";
 }
 
 }  // namespace

@@ -8,9 +8,10 @@
 
 namespace tessera::cuda::sm80 {
 
-// Sleeps for about kNanoseconds (the hardware may sleep less or more).
+// Sleeps for a duration in [0, 2 kNanoseconds] (the PTX ISA's bound; at most 1 ms may be asked).
 template <std::uint32_t kNanoseconds>
 __device__ __forceinline__ void nanosleep_ordered() {
+  static_assert(kNanoseconds <= 1000000u, "nanosleep: at most 1 ms");
   asm volatile("nanosleep.u32 %0;" ::"n"(kNanoseconds) : "memory");
 }
 
