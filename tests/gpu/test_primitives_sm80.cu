@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/common/types.cuh"
+#include "cuda/primitives/sm80/acquire_release.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
 #include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/mma.cuh"
@@ -237,6 +238,43 @@ TEST(PrimitivesSm80, SpecialRegisters) {
     EXPECT_GE(t[2 * i + 1] - t[2 * i], 2000u) << "globaltimer, thread " << i;
     EXPECT_LT(t[2 * i + 1] - t[2 * i], 1000000000u) << "globaltimer, thread " << i;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Acquire / release turns between CTAs (the backward's deterministic dQ turns): CTA i waits
+// until the counter reads i (acquire loads), reads what CTA i - 1 wrote before passing the turn,
+// writes its own link of the chain and passes the turn (release add). Every link must be one
+// more than the one before, and the counter must end at the number of CTAs. Each CTA reads its
+// predecessor's link once before it waits (the poison, -1, now in its SM's L1), so a load without
+// acquire semantics could return that stale line after the turn comes. A turn not seen within
+// 2 s ends the CTA with a flag instead of hanging the test.
+
+__global__ void acquire_release_kernel(int* counter, int* chain, int* early, int* timed_out) {
+  if (threadIdx.x != 0) return;
+  const int i = blockIdx.x;
+  early[i] = i == 0 ? 0 : chain[i - 1];
+  const unsigned long long t0 = sm80::sreg_globaltimer();
+  while (sm80::ld_acquire_gpu(counter) != i) {
+    if (sm80::sreg_globaltimer() - t0 > 2000000000ull) {
+      atomicExch(timed_out, 1);
+      return;
+    }
+  }
+  chain[i] = (i == 0 ? 0 : chain[i - 1]) + 1;
+  sm80::red_release_gpu_add(counter, 1);
+}
+
+TEST(PrimitivesSm80, AcquireReleaseTurns) {
+  int sms = 0;
+  TESSERA_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int n = sms;  // one CTA of 32 threads an SM: all resident at once, so every turn can come
+  DeviceBuffer<int> counter(1, 0), chain(n), early(n), timed_out(1, 0);  // chain: -1 (0xff bytes)
+  acquire_release_kernel<<<n, 32>>>(counter.get(), chain.get(), early.get(), timed_out.get());
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  ASSERT_EQ(timed_out.read()[0], 0) << "a CTA waited 2 s for its turn";
+  EXPECT_EQ(counter.read()[0], n);
+  const auto c = chain.read();
+  for (int i = 0; i < n; ++i) EXPECT_EQ(c[i], i + 1) << "link " << i;
 }
 
 }  // namespace

@@ -8,13 +8,19 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "cuda/common/types.cuh"
+#include "cuda/primitives/sm80/special_registers.cuh"
 #include "cuda/primitives/sm90/fence.cuh"
+#include "cuda/primitives/sm90/fp8_convert.cuh"
+#include "cuda/primitives/sm90/grid_dependency.cuh"
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/named_barrier.cuh"
 #include "cuda/primitives/sm90/setmaxnreg.cuh"
@@ -27,6 +33,8 @@
 
 namespace tessera::testing {
 namespace {
+
+namespace sm80 = tessera::cuda::sm80;
 
 // ---------------------------------------------------------------------------------------------
 // TMA load of one 64 x 32 box (uint16) with 128-byte swizzle, completing on an mbarrier; the
@@ -415,10 +423,19 @@ TEST(PrimitivesSm90, SetmaxnregWarpSpecialised) {
 // kSyncRelease: the consumers release the buffer with bar.sync instead (same ordering). That
 // twin exists for racecheck, which flags the bar.arrive release as a hazard (it does not treat
 // bar.arrive as ordering the arriving threads' earlier reads) but not the bar.sync one;
-// scripts/gpu-check runs both and docs/TESTING.md records the finding.
+// scripts/gpu-check runs both and docs/TESTING.md records the finding. The twin also takes
+// barrier 3 in the compile-time-count form (named_barrier_sync<128>), the other twin in the
+// register form.
 
 constexpr int kNbRounds = 4;
 __host__ __device__ constexpr int nb_value(int r, int i) { return r * 1000 + i; }
+
+// Barrier 3 among the 128 consumer threads, in one of the two forms.
+template <bool kImmediateCount>
+__device__ void exchange_barrier() {
+  if constexpr (kImmediateCount) sm90::named_barrier_sync<128>(3);
+  else sm90::named_barrier_sync(3, 128);
+}
 
 template <bool kSyncRelease>
 __global__ void named_barrier_kernel(int* out) {
@@ -438,9 +455,9 @@ __global__ void named_barrier_kernel(int* out) {
       if constexpr (kSyncRelease) sm90::named_barrier_sync(2, 160);
       else sm90::named_barrier_arrive(2, 160);
       ex[c] = v;
-      sm90::named_barrier_sync(3, 128);
+      exchange_barrier<kSyncRelease>();
       out[r * 128 + c] = v + ex[(c + 64) % 128];
-      sm90::named_barrier_sync(3, 128);  // everyone read ex before it is rewritten
+      exchange_barrier<kSyncRelease>();  // everyone read ex before it is rewritten
     }
   }
 }
@@ -552,6 +569,119 @@ TEST(PrimitivesSm90, TensorMapRanksAndValidation) {
   EXPECT_THROW(sm90::make_tensor_map_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, buf.get(), dims, strides, wide), Error);
   const std::uint64_t odd[1] = {100};  // not a multiple of 16
   EXPECT_THROW(sm90::make_tensor_map_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, buf.get(), dims, odd, box), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cvt e4m3x2: pairs of floats against CUDA's host conversion (__nv_cvt_float_to_fp8, round to
+// nearest even, saturating), byte by byte and in the documented order (hi in the upper byte):
+// zeros, the saturation edge (448, the rounding point 464, beyond), infinities (saturated),
+// subnormals and their ties, rounding ties among normals, and 20000 random values over e4m3's
+// range and past it. NaN gives e4m3's NaN (S.1111.111) in either sign.
+
+__global__ void cvt_e4m3x2_kernel(const float* in, std::uint16_t* out, int pairs) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < pairs) out[i] = sm90::cvt_e4m3x2(in[2 * i + 1], in[2 * i]);
+}
+
+TEST(PrimitivesSm90, CvtE4m3x2RoundsAndSaturates) {
+  TESSERA_REQUIRE_SM90();
+  std::vector<float> in = {0.0f, -0.0f, 1.0f, -1.0f, 448.0f, -448.0f, 449.0f, 463.9f, 464.0f, 464.1f, 1e30f, -1e30f,
+                           INFINITY, -INFINITY, 0x1p-9f, -0x1p-9f, 0x1p-10f, 0x1.8p-9f, 0x1.4p-9f, 0x1.cp-9f, 0x1p-6f,
+                           0x1.1p0f, 0x1.3p0f, -0x1.1p0f, 0x1.08p0f, 240.0f, 232.0f, 248.0f, 0x1p-11f, 0x1.000002p-10f};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> log2_mag(-12.0f, 10.0f);
+  for (int i = 0; i < 20000; ++i) in.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(log2_mag(rng)));
+  in.push_back(NAN);
+  in.push_back(-NAN);
+  if (in.size() % 2) in.push_back(3.0f);
+  const int pairs = static_cast<int>(in.size() / 2);
+  DeviceBuffer<float> d_in(in);
+  DeviceBuffer<std::uint16_t> d_out(pairs);
+  cvt_e4m3x2_kernel<<<(pairs + 255) / 256, 256>>>(d_in.get(), d_out.get(), pairs);
+  TESSERA_TEST_CUDA(cudaGetLastError());
+  const auto out = d_out.read();
+  int mismatches = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::uint16_t pair = out[i / 2];
+    const unsigned got = i % 2 ? pair >> 8 : pair & 0xffu;
+    if (std::isnan(in[i])) {
+      EXPECT_EQ(got & 0x7fu, 0x7fu) << "NaN at " << i;
+      continue;
+    }
+    const unsigned want = __nv_cvt_float_to_fp8(in[i], __NV_SATFINITE, __NV_E4M3);
+    if (got != want && ++mismatches <= 10)
+      ADD_FAILURE() << "cvt_e4m3x2 of " << in[i] << " (input " << i << "): 0x" << std::hex << got << ", want 0x" << want;
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Programmatic dependent launch, on a stream of its own: the primary grid lets its dependent
+// launch at its start, spins 200 us, stamps %globaltimer and writes; the dependent (launched
+// with programmatic stream serialization) stamps %globaltimer as it starts, waits with
+// griddepcontrol_wait and reads. It must see every write (a wait that returns early reads the
+// previous round's values), and in at least one round its start must come before the
+// primary's writes, which shows that launch_dependents let it in early (a no-op
+// launch_dependents, or wrappers compiled to nothing, start it only after the primary, and the
+// wait would then have nothing to do). Odd rounds launch the dependent plainly: its wait then
+// returns at once, and it starts after the primary.
+
+__global__ void pdl_primary_kernel(int* data, int n, int round, unsigned long long* write_time) {
+  sm90::griddepcontrol_launch_dependents();
+  const unsigned long long t0 = sm80::sreg_globaltimer();
+  while (sm80::sreg_globaltimer() - t0 < 200000) {
+  }
+  if (threadIdx.x == 0) *write_time = sm80::sreg_globaltimer();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) data[i] = round * n + i + 1;
+}
+
+__global__ void pdl_dependent_kernel(const int* data, int n, int* seen, unsigned long long* start_time) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *start_time = sm80::sreg_globaltimer();
+  sm90::griddepcontrol_wait();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) seen[i] = data[i];
+}
+
+TEST(PrimitivesSm90, GridDependencyWaitSeesThePrimarysWrites) {
+  TESSERA_REQUIRE_SM90();
+  constexpr int n = 4096, kRounds = 8;
+  DeviceBuffer<int> data(n, 0), seen(n);
+  DeviceBuffer<unsigned long long> write_time(1), start_time(1);
+  cudaStream_t stream = nullptr;
+  TESSERA_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  auto launch_pair = [&](int round, bool programmatic) {
+    pdl_primary_kernel<<<1, 128, 0, stream>>>(data.get(), n, round, write_time.get());
+    TESSERA_TEST_CUDA(cudaGetLastError());
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(4);
+    cfg.blockDim = dim3(128);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = programmatic ? 1 : 0;
+    TESSERA_TEST_CUDA(cudaLaunchKernelEx(&cfg, pdl_dependent_kernel, static_cast<const int*>(data.get()), n,
+                                         seen.get(), start_time.get()));
+    TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
+  };
+  launch_pair(-1, true);  // both kernels loaded before the rounds (lazy loading would delay the first)
+  int early_starts = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const bool programmatic = round % 2 == 0;
+    launch_pair(round, programmatic);
+    const auto got = seen.read();
+    int wrong = 0;
+    for (int i = 0; i < n; ++i)
+      if (got[i] != round * n + i + 1 && ++wrong <= 5)
+        ADD_FAILURE() << "round " << round << ", element " << i << ": " << got[i] << ", want " << round * n + i + 1;
+    EXPECT_EQ(wrong, 0) << "round " << round;
+    const unsigned long long started = start_time.read()[0], written = write_time.read()[0];
+    if (programmatic) early_starts += started < written ? 1 : 0;
+    else EXPECT_GT(started, written) << "a plain launch started before the primary's writes, round " << round;
+  }
+  TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
+  EXPECT_GE(early_starts, 1) << "the dependent never started while the primary ran (of " << kRounds / 2
+                             << " programmatic rounds): launch_dependents had no effect";
 }
 
 }  // namespace

@@ -4,18 +4,15 @@
 // have added; a CTA waits for its turn, adds, then passes the turn on.
 #pragma once
 
+#include "cuda/primitives/sm80/acquire_release.cuh"
+
 namespace tessera::cuda::backward {
 
 // Blocks the CTA until `expected` KV tiles have added to this query tile (thread 0 polls with
 // acquire loads; the barrier then lets the whole CTA go).
 __device__ __forceinline__ void wait_for_dq_turn(const int* lock, int expected, int tid) {
   if (tid == 0) {
-    int seen;
-    while (true) {
-      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(lock) : "memory");
-      if (seen == expected) break;
-      __nanosleep(32);
-    }
+    while (sm80::ld_acquire_gpu(lock) != expected) __nanosleep(32);
   }
   __syncthreads();
 }
@@ -24,7 +21,7 @@ __device__ __forceinline__ void wait_for_dq_turn(const int* lock, int expected, 
 __device__ __forceinline__ void pass_dq_turn(int* lock, int tid) {
   __threadfence();
   __syncthreads();
-  if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock), "r"(1) : "memory");
+  if (tid == 0) sm80::red_release_gpu_add(lock, 1);
 }
 
 }  // namespace tessera::cuda::backward

@@ -22,6 +22,7 @@
 #include "cuda/batch/batch_args.h"
 #include "cuda/batch/kernel_traits.cuh"
 #include "cuda/batch/trace.h"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/softcap_score.cuh"
 #include "cuda/common/types.cuh"
 #include "cuda/primitives/sm80/cp_async.cuh"
@@ -29,6 +30,7 @@
 #include "cuda/primitives/sm80/mma.cuh"
 #include "cuda/primitives/sm80/special_registers.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
+#include "cuda/primitives/sm90/grid_dependency.cuh"
 #include "math/mask.h"
 #include "math/online_softmax.h"
 #include "plan/batch_plan.h"
@@ -48,12 +50,8 @@ using sm80::sreg_ctaid_x;
 using sm80::sreg_nctaid_x;
 using sm80::sreg_tid_x;
 
-// 2^x on the SFU (ex2.approx.ftz, ~2 ulp; ex2(-inf) = +0): the mainloop's only transcendental.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// 2^x on the SFU (fast_math.cuh): the mainloop's only transcendental.
+using cuda::fast_exp2;
 
 // Shape of unit u (item u / row_blocks, vector block u % row_blocks, blocks of kUnitRows =
 // the prefill shape's vectors): decode-shaped items (<= kDecodeMaxRows packed vectors, one
@@ -662,11 +660,11 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   // it (the last run's merge or attention kernel, whose rows and partials this grid rewrites):
   // wait for that grid before any global access (BatchArgs::wait_first).
   if constexpr (kKind == kDecodeOnly) {
-    if (a.wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (a.wait_first) sm90::griddepcontrol_wait();
   }
   // Lets the merge kernel (a programmatic dependent) launch now, or the next run's decode-only
   // kernel; each waits for this grid's completion before reading anything.
-  asm volatile("griddepcontrol.launch_dependents;");
+  sm90::griddepcontrol_launch_dependents();
 #endif
   // The unit list sits past the data of both layouts (each path uses [0, its kOffUnits)).
   int* units = reinterpret_cast<int*>(smem_raw + units_offset<kHeadDim, kKind>());
@@ -732,7 +730,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim, 4>::kThreads, min_ctas_per_sm
   // point reads what that kernel writes (its O / LSE rows and partial rows are other rows than
   // the decode items'). A plain launch has no prerequisite grid in flight, and one that waited
   // at its start (wait_first) has none left: returns at once.
-  if constexpr (kKind == kDecodeOnly) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if constexpr (kKind == kDecodeOnly) sm90::griddepcontrol_wait();
 #endif
 }
 

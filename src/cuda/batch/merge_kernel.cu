@@ -51,6 +51,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/types.cuh"
+#include "cuda/primitives/sm90/grid_dependency.cuh"
 #include "math/lse_merge.h"
 
 namespace tessera::cuda::batch {
@@ -106,9 +107,7 @@ __global__ void __launch_bounds__(kRowsThreads) merge_rows_kernel(const __grid_c
     slot(w);
     if (e1 > e0) first_batch(e0);
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // no-op unless launched as a dependent
-#endif
+  sm90::griddepcontrol_wait();  // no-op unless launched as a dependent
   for (bool first = true; w < total; w += stride, first = false) {
     if (!first) {
       slot(w);
@@ -207,9 +206,7 @@ __global__ void __launch_bounds__(kFanInThreads, 4) merge_fan_in_kernel(const __
     token = a.merge_row[m0];
     if (lane < e1 - e0) prow = a.merge_partial[e0 + lane];
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // no-op unless launched as a dependent
-#endif
+  sm90::griddepcontrol_wait();  // no-op unless launched as a dependent
   for (bool first = true; w < total; w += stride, first = false) {
     if (!first) {
       s = merge_slot(w, per_row, per_head);

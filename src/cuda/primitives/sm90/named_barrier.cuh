@@ -23,6 +23,14 @@ __device__ __forceinline__ void named_barrier_sync(std::uint32_t id, std::uint32
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(thread_count) : "memory");
 }
 
+// The same with a compile-time thread count (an immediate operand: no register holds it).
+template <std::uint32_t kThreadCount>
+__device__ __forceinline__ void named_barrier_sync(std::uint32_t id) {
+  static_assert(kThreadCount > 0 && kThreadCount % 32 == 0 && kThreadCount <= 1024,
+                "named barrier: a positive multiple of 32 threads, at most 1024");
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kThreadCount) : "memory");
+}
+
 // Arrive at barrier `id` (expecting `thread_count` threads in all) without waiting.
 __device__ __forceinline__ void named_barrier_arrive(std::uint32_t id, std::uint32_t thread_count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(thread_count) : "memory");

@@ -36,6 +36,8 @@
 #include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/mma.cuh"
 #include "cuda/primitives/sm80/red.cuh"
+#include "cuda/primitives/sm90/named_barrier.cuh"
+#include "cuda/primitives/sm90/grid_dependency.cuh"
 #include "cuda/sm80/backward/backward.h"
 #include "cuda/backward/cta_work.cuh"
 #include "cuda/backward/dq_turn.cuh"
@@ -83,12 +85,10 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   const float* sDel = reinterpret_cast<const float*>(smem + L::kOffDel);
 
   if ((s_base & 127u) != 0) __trap();  // the swizzle arithmetic needs 128-byte aligned tiles
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The backward's tail pieces (backward_entry.cu) are launched as this grid's programmatic
   // dependents: once every CTA here has started, theirs may take the SMs this grid's CTAs
-  // leave. A no-op for a launch without dependents.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  // leave. A no-op for a launch without dependents (and before sm_90).
+  sm90::griddepcontrol_launch_dependents();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int kvg = warp % L::kWarpsKV, qg = warp / L::kWarpsKV;
@@ -466,7 +466,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
         asm volatile("" : "+r"(t));
         bar_id = 1 + ((t >> 5) % L::kWarpsKV);
       }
-      asm volatile("bar.sync %0, %1;" ::"r"(bar_id), "n"(64) : "memory");
+      sm90::named_barrier_sync<64>(bar_id);
       gemm_sy<kBf16, D, Br, kDCols, MR>(dv_acc, sPT, kv_row_w, sDO, d_col_w, lane);
       gemm_sy<kBf16, D, Br, kDCols, MR>(dk_acc, s_base + ds_off, kv_row_w, sQ, d_col_w, lane);
     } else {
@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
             a[t][3] = Traits<T>::pack2(acc[2 * t + 1][2], acc[2 * t + 1][3]);
           }
         } else {
-          asm volatile("bar.sync %0, %1;" ::"r"(1 + kvg), "n"(64) : "memory");
+          sm90::named_barrier_sync<64>(1 + kvg);
           const int a_row = kv_row_w + (lane & 7) + ((lane >> 3) & 1) * 8;
   #pragma unroll
           for (int t = 0; t < Br / 16; ++t) ldmatrix_x4(a[t], buf + swz<Br>(a_row, 2 * t + (lane >> 4)));
@@ -634,7 +634,6 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
       }
     }
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A tail-pieces grid must not complete before the grid it depends on (the post kernels after
   // it read both grids' dQ reductions and dK/dV): every thread waits here, after its last
   // store, for that grid's completion and memory flush. So a piece that finishes while the main
@@ -643,8 +642,7 @@ __global__ void __launch_bounds__(Layout<D, V>::kThreads, TESSERA_BWD_MIN_BLOCKS
   // any test of the CTA index here costs the bf16 instance 12 B of spill at 255 registers
   // (ptxas 13.0, sm_90). At 16k the wave arithmetic is the same either way (docs/perf/
   // backward_sm80.md, "Tail pieces"). A plain launch has no prerequisite in flight: returns at once.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  sm90::griddepcontrol_wait();
 }
 
 }  // namespace tessera::cuda::sm80::bwd

@@ -43,6 +43,7 @@
 #include "cuda/primitives/sm80/special_registers.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
 #include "cuda/primitives/sm90/fence.cuh"
+#include "cuda/primitives/sm90/grid_dependency.cuh"
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/named_barrier.cuh"
 #include "cuda/primitives/sm90/setmaxnreg.cuh"
@@ -459,7 +460,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
   // dependent, to run on the SMs this grid leaves free: let it launch at once. A dependent that
   // reads what this grid writes (the merge, where no decode launch follows) executes
   // griddepcontrol.wait first, so the early trigger is safe for it too.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  griddepcontrol_launch_dependents();
   prefill_body<T, Traits<kHeadDim>>(a);
 }
 
@@ -473,7 +474,7 @@ __global__ void __launch_bounds__(Traits<kHeadDim>::kThreads, 1) prefill_kernel(
 template <typename T, int kHeadDim>
 __global__ void __maxnreg__((Traits<kHeadDim, true>::kEntryRegs))
     prefill_kernel_slim(const __grid_constant__ batch::BatchArgs a) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  griddepcontrol_launch_dependents();
   prefill_body<T, Traits<kHeadDim, true>>(a);
 }
 

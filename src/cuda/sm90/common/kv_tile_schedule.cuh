@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/primitives/sm80/nanosleep.cuh"
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "math/online_softmax.h"
 #include "cuda/primitives/sm90/wgmma.cuh"
@@ -40,7 +41,7 @@ __device__ __forceinline__ std::uint32_t ring_phase(int pos) {
 // exit while wgmmas were in flight and serialized every wgmma (C7512, 1.6 KB of spills at
 // d128 x 176).
 __device__ __forceinline__ void end_softmax_block(const math::OnlineSoftmaxRow (&rows)[2]) {
-  if (fminf(rows[0].l, rows[1].l) < 0.0f) asm volatile("nanosleep.u32 1;" ::: "memory");
+  if (fminf(rows[0].l, rows[1].l) < 0.0f) sm80::nanosleep_ordered<1>();
 }
 
 // The per-tile operations a kernel supplies (each a callable, inlined):

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/primitives/sm80/ldmatrix.cuh"
+#include "cuda/primitives/sm90/fp8_convert.cuh"
 #include "cuda/primitives/sm90/stmatrix.cuh"
 
 namespace tessera::cuda::sm90 {
@@ -20,10 +21,7 @@ namespace tessera::cuda::sm90 {
 // and V is transposed with the same permutation (transpose_v_tile), so the sum over keys is
 // unchanged.
 __device__ __forceinline__ std::uint32_t pack4_e4m3(float k0, float k1, float k2, float k3) {
-  std::uint16_t lo, hi;
-  // cvt ... d, a, b puts a in the upper byte.
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(k1), "f"(k0));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(k3), "f"(k2));
+  const std::uint16_t lo = cvt_e4m3x2(k1, k0), hi = cvt_e4m3x2(k3, k2);
   return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
 }
 

@@ -40,6 +40,7 @@
 #include "cuda/primitives/sm80/ldmatrix.cuh"
 #include "cuda/primitives/sm80/warp.cuh"
 #include "cuda/primitives/sm90/fence.cuh"
+#include "cuda/primitives/sm90/grid_dependency.cuh"
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/named_barrier.cuh"
 #include "cuda/primitives/sm90/setmaxnreg.cuh"
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(
   // without dependents (every launch of this instance issues it; a caller's kernel launched as
   // its dependent must griddepcontrol.wait before reading this one's output anyway).
   if constexpr (kHeadDim == 64 && kBlockN == 128 && !kMasked && !kFp8 && !kTailRows && kConsumerWGs == 0)
-    asm volatile("griddepcontrol.launch_dependents;");
+    griddepcontrol_launch_dependents();
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < QB; ++b) {
@@ -637,7 +638,7 @@ __global__ void __launch_bounds__(
     // that one: whatever follows on the stream waits for this grid only. Every consumer thread
     // waits, after its last store, for that grid's completion and memory flush (a plain launch
     // has no prerequisite in flight: returns at once).
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    griddepcontrol_wait();
   }
 }
 
