@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/common/types.cuh"
@@ -619,12 +620,15 @@ TEST(PrimitivesSm90, CvtE4m3x2RoundsAndSaturates) {
 // Programmatic dependent launch, on a stream of its own: the primary grid lets its dependent
 // launch at its start, spins 200 us, stamps %globaltimer and writes; the dependent (launched
 // with programmatic stream serialization) stamps %globaltimer as it starts, waits with
-// griddepcontrol_wait and reads. It must see every write (a wait that returns early reads the
-// previous round's values), and in at least one round its start must come before the
-// primary's writes, which shows that launch_dependents let it in early (a no-op
-// launch_dependents, or wrappers compiled to nothing, start it only after the primary, and the
-// wait would then have nothing to do). Odd rounds launch the dependent plainly: its wait then
-// returns at once, and it starts after the primary.
+// griddepcontrol_wait and reads. Odd rounds launch the dependent plainly: its wait then returns
+// at once, and it starts after the primary. Two tests read the rounds:
+// - GridDependencyWaitSeesThePrimarysWrites: the dependent sees every write in every round (a
+//   wait that returns early reads the previous round's values);
+// - GridDependencyDependentStartsEarlyConcurrent: in at least one programmatic round the
+//   dependent starts before the primary's writes, which shows that launch_dependents let it in
+//   early (a no-op launch_dependents, or wrappers compiled to nothing, start it only after the
+//   primary, and the wait would then have nothing to do). compute-sanitizer serialises kernels,
+//   so no dependent can start early under it: gpu-check leaves *Concurrent* tests out there.
 
 __global__ void pdl_primary_kernel(int* data, int n, int round, unsigned long long* write_time) {
   sm90::griddepcontrol_launch_dependents();
@@ -641,8 +645,16 @@ __global__ void pdl_dependent_kernel(const int* data, int n, int* seen, unsigned
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) seen[i] = data[i];
 }
 
-TEST(PrimitivesSm90, GridDependencyWaitSeesThePrimarysWrites) {
-  TESSERA_REQUIRE_SM90();
+struct PdlRound {
+  bool programmatic;
+  int wrong;                       // elements the dependent read that were not this round's writes
+  std::string first_wrong;         // the first of them, for the failure message
+  unsigned long long started;      // the dependent's start (%globaltimer, ns)
+  unsigned long long written;      // the primary's writes
+};
+
+// Runs kRounds primary/dependent pairs, programmatic on even rounds, and reads what each saw.
+std::vector<PdlRound> run_pdl_rounds() {
   constexpr int n = 4096, kRounds = 8;
   DeviceBuffer<int> data(n, 0), seen(n);
   DeviceBuffer<unsigned long long> write_time(1), start_time(1);
@@ -665,22 +677,44 @@ TEST(PrimitivesSm90, GridDependencyWaitSeesThePrimarysWrites) {
     TESSERA_TEST_CUDA(cudaStreamSynchronize(stream));
   };
   launch_pair(-1, true);  // both kernels loaded before the rounds (lazy loading would delay the first)
-  int early_starts = 0;
+  std::vector<PdlRound> rounds;
   for (int round = 0; round < kRounds; ++round) {
-    const bool programmatic = round % 2 == 0;
-    launch_pair(round, programmatic);
+    PdlRound r{round % 2 == 0, 0, {}, 0, 0};
+    launch_pair(round, r.programmatic);
     const auto got = seen.read();
-    int wrong = 0;
     for (int i = 0; i < n; ++i)
-      if (got[i] != round * n + i + 1 && ++wrong <= 5)
-        ADD_FAILURE() << "round " << round << ", element " << i << ": " << got[i] << ", want " << round * n + i + 1;
-    EXPECT_EQ(wrong, 0) << "round " << round;
-    const unsigned long long started = start_time.read()[0], written = write_time.read()[0];
-    if (programmatic) early_starts += started < written ? 1 : 0;
-    else EXPECT_GT(started, written) << "a plain launch started before the primary's writes, round " << round;
+      if (got[i] != round * n + i + 1 && r.wrong++ == 0)
+        r.first_wrong = "element " + std::to_string(i) + ": " + std::to_string(got[i]) + ", want " +
+                        std::to_string(round * n + i + 1);
+    r.started = start_time.read()[0];
+    r.written = write_time.read()[0];
+    rounds.push_back(r);
   }
   TESSERA_TEST_CUDA(cudaStreamDestroy(stream));
-  EXPECT_GE(early_starts, 1) << "the dependent never started while the primary ran (of " << kRounds / 2
+  return rounds;
+}
+
+TEST(PrimitivesSm90, GridDependencyWaitSeesThePrimarysWrites) {
+  TESSERA_REQUIRE_SM90();
+  const auto rounds = run_pdl_rounds();
+  for (std::size_t i = 0; i < rounds.size(); ++i)
+    EXPECT_EQ(rounds[i].wrong, 0) << "round " << i << (rounds[i].programmatic ? " (programmatic)" : " (plain)")
+                                  << ", first wrong " << rounds[i].first_wrong;
+}
+
+TEST(PrimitivesSm90, GridDependencyDependentStartsEarlyConcurrent) {
+  TESSERA_REQUIRE_SM90();
+  const auto rounds = run_pdl_rounds();
+  int early_starts = 0, programmatic_rounds = 0;
+  for (std::size_t i = 0; i < rounds.size(); ++i) {
+    if (rounds[i].programmatic) {
+      ++programmatic_rounds;
+      early_starts += rounds[i].started < rounds[i].written ? 1 : 0;
+    } else {
+      EXPECT_GT(rounds[i].started, rounds[i].written) << "a plain launch started before the primary's writes, round " << i;
+    }
+  }
+  EXPECT_GE(early_starts, 1) << "the dependent never started while the primary ran (of " << programmatic_rounds
                              << " programmatic rounds): launch_dependents had no effect";
 }
 
