@@ -48,6 +48,84 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+namespace {
+
+// Events created up front and destroyed on every way out (a failed launch throws).
+class EventSet {
+ public:
+  explicit EventSet(std::size_t n) : e_(n, nullptr) {
+    for (cudaEvent_t& x : e_) {
+      const cudaError_t r = cudaEventCreate(&x);
+      if (r != cudaSuccess) {
+        release();  // (a throwing constructor runs no destructor)
+        check(r, "cudaEventCreate");
+      }
+    }
+  }
+  EventSet(const EventSet&) = delete;  // a copy would destroy the same events twice
+  EventSet& operator=(const EventSet&) = delete;
+  ~EventSet() { release(); }
+
+  cudaEvent_t operator[](std::size_t i) const { return e_[i]; }
+  // Milliseconds from event i to event j (both recorded and complete).
+  float ms(std::size_t i, std::size_t j) const {
+    float t = 0;
+    check(cudaEventElapsedTime(&t, e_[i], e_[j]), "cudaEventElapsedTime");
+    return t;
+  }
+
+ private:
+  void release() {
+    for (cudaEvent_t& x : e_) {
+      if (x != nullptr) cudaEventDestroy(x);
+      x = nullptr;
+    }
+  }
+  std::vector<cudaEvent_t> e_;
+};
+
+// A stream of its own and the graph captured on it, instantiated; all destroyed on every way out.
+struct CapturedGraph {
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CapturedGraph() = default;
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+// Runs sample() every 5 ms on a thread of its own until stop() or destruction: a thread still
+// joinable when it is destroyed would terminate the program, so a throw between start and stop
+// (a failed launch) ends in a clean error instead.
+class PeriodicSampler {
+ public:
+  explicit PeriodicSampler(std::function<void()> sample)
+      : thread_([this, sample = std::move(sample)] {
+          while (!stop_.load(std::memory_order_relaxed)) {
+            sample();
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+        }) {}
+  PeriodicSampler(const PeriodicSampler&) = delete;
+  PeriodicSampler& operator=(const PeriodicSampler&) = delete;
+  ~PeriodicSampler() { stop(); }
+  void stop() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: started once stop_ exists
+};
+
+}  // namespace
+
 // Median milliseconds per call of launch() on `stream`, each sample `calls` calls between two
 // events (divided by calls), until min_time seconds (at least 5 samples, at most 200) have been
 // timed. With calls > 1 each sample starts behind hold_stream. train: the samples follow each
@@ -57,33 +135,6 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
                        bool train) {
   if (calls < 1) throw std::invalid_argument("median_event_ms: calls >= 1 expected, got " + std::to_string(calls));
   const bool show_samples = print_samples();
-  // Events created up front and destroyed on every way out (a failed launch throws).
-  struct Events {
-    std::vector<cudaEvent_t> e;
-    explicit Events(std::size_t n) : e(n, nullptr) {
-      for (cudaEvent_t& x : e) {
-        const cudaError_t r = cudaEventCreate(&x);
-        if (r != cudaSuccess) {
-          release();  // (a throwing constructor runs no destructor)
-          check(r, "cudaEventCreate");
-        }
-      }
-    }
-    Events(const Events&) = delete;  // a copy would destroy the same events twice
-    Events& operator=(const Events&) = delete;
-    ~Events() { release(); }
-    void release() {
-      for (cudaEvent_t& x : e) {
-        if (x != nullptr) cudaEventDestroy(x);
-        x = nullptr;
-      }
-    }
-    float ms(std::size_t i, std::size_t j) const {
-      float t = 0;
-      check(cudaEventElapsedTime(&t, e[i], e[j]), "cudaEventElapsedTime");
-      return t;
-    }
-  };
   const auto sample = [&](cudaEvent_t a, cudaEvent_t b) {
     if (calls > 1) check(cudaLaunchHostFunc(stream, hold_stream, nullptr), "cudaLaunchHostFunc");
     check(cudaEventRecord(a, stream), "cudaEventRecord");
@@ -93,24 +144,24 @@ double median_event_ms(cudaStream_t stream, const std::function<void()>& launch,
   };
   std::vector<double> ms;
   if (train) {
-    Events probe(2);
-    sample(probe.e[0], probe.e[1]);
+    EventSet probe(2);
+    sample(probe[0], probe[1]);
     const double per_sample = std::max(1e-3, static_cast<double>(probe.ms(0, 1)));
     const int n = static_cast<int>(std::clamp(std::ceil(min_time * 1e3 / per_sample), 5.0, 200.0));
-    Events marks(static_cast<std::size_t>(n) + 1);
+    EventSet marks(static_cast<std::size_t>(n) + 1);
     if (calls > 1) check(cudaLaunchHostFunc(stream, hold_stream, nullptr), "cudaLaunchHostFunc");
-    check(cudaEventRecord(marks.e[0], stream), "cudaEventRecord");
+    check(cudaEventRecord(marks[0], stream), "cudaEventRecord");
     for (int s = 1; s <= n; ++s) {
       for (int i = 0; i < calls; ++i) launch();
-      check(cudaEventRecord(marks.e[s], stream), "cudaEventRecord");
+      check(cudaEventRecord(marks[s], stream), "cudaEventRecord");
     }
-    check(cudaEventSynchronize(marks.e[n]), "timed run");
+    check(cudaEventSynchronize(marks[n]), "timed run");
     for (int s = 1; s <= n; ++s) ms.push_back(marks.ms(s - 1, s) / calls);
   } else {
-    Events ab(2);
+    EventSet ab(2);
     double total = 0;
     while (ms.size() < 200 && (ms.size() < 5 || total < min_time * 1e3)) {
-      sample(ab.e[0], ab.e[1]);
+      sample(ab[0], ab[1]);
       const float t = ab.ms(0, 1);
       ms.push_back(t / calls);
       total += t;
@@ -144,30 +195,22 @@ double dense_median_ms(const Context& ctx, const std::function<void()>& fn) {
 // once on a stream of its own): the GPU-side cost of a call as a serving engine that replays
 // graphs sees it, without the host time of the call itself.
 double cuda_graph_median_ms(const std::function<void(cudaStream_t)>& fn, double min_time) {
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  CapturedGraph g;
+  check(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
-    fn(stream);
+    fn(g.stream);
   } catch (...) {  // leave no stream in capture mode behind (later cases would fail on it)
-    cudaStreamEndCapture(stream, &graph);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    cudaStreamEndCapture(g.stream, &g.graph);
     cudaGetLastError();
     throw;
   }
-  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  const auto replay = [&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); };
+  check(cudaStreamEndCapture(g.stream, &g.graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&g.exec, g.graph, 0), "cudaGraphInstantiate");
+  const auto replay = [&] { check(cudaGraphLaunch(g.exec, g.stream), "cudaGraphLaunch"); };
   for (int i = 0; i < 3; ++i) replay();
-  check(cudaStreamSynchronize(stream), "warm-up");
-  const double ms = median_event_ms(stream, replay, min_time);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  return ms;
+  check(cudaStreamSynchronize(g.stream), "warm-up");
+  return median_event_ms(g.stream, replay, min_time);
 }
 
 // Times fn into r (seconds, flops); a failure becomes a "not run" row instead.
@@ -212,34 +255,24 @@ Sustained sustained(const std::function<void()>& fn, const EnergyMeter& meter, d
   const long warm_calls = std::max(1L, static_cast<long>(warm * 1e3 / once));
   const long calls = std::max(1L, static_cast<long>(seconds * 1e3 / once));
   for (long i = 0; i < warm_calls; ++i) fn();
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  check(cudaEventRecord(a, nullptr), "cudaEventRecord");
-  check(cudaEventSynchronize(a), "warm-up");  // the energy read below sees the warm-up's end
+  EventSet ab(2);
+  check(cudaEventRecord(ab[0], nullptr), "cudaEventRecord");
+  check(cudaEventSynchronize(ab[0]), "warm-up");  // the energy read below sees the warm-up's end
   const double mj0 = meter.millijoules();
-  std::atomic<bool> stop{false};
   std::vector<int> clocks;
   std::vector<long long> reasons;
-  std::thread sampler([&] {
-    while (!stop.load(std::memory_order_relaxed)) {
-      if (const int mhz = meter.sm_clock_mhz(); mhz > 0) clocks.push_back(mhz);
-      if (const long long mask = meter.clock_reasons(); mask >= 0) reasons.push_back(mask);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+  PeriodicSampler sampler([&] {
+    if (const int mhz = meter.sm_clock_mhz(); mhz > 0) clocks.push_back(mhz);
+    if (const long long mask = meter.clock_reasons(); mask >= 0) reasons.push_back(mask);
   });
-  check(cudaEventRecord(a, nullptr), "cudaEventRecord");
+  check(cudaEventRecord(ab[0], nullptr), "cudaEventRecord");
   for (long i = 0; i < calls; ++i) fn();
-  check(cudaEventRecord(b, nullptr), "cudaEventRecord");
-  const cudaError_t done = cudaEventSynchronize(b);
-  stop.store(true, std::memory_order_relaxed);
-  sampler.join();  // before any throw: a joinable thread's destructor would terminate
+  check(cudaEventRecord(ab[1], nullptr), "cudaEventRecord");
+  const cudaError_t done = cudaEventSynchronize(ab[1]);
+  sampler.stop();  // clocks and reasons are read below: the sampler has finished with them
   check(done, "sustained run");
   const double mj1 = meter.millijoules();
-  float total = 0;
-  check(cudaEventElapsedTime(&total, a, b), "cudaEventElapsedTime");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const float total = ab.ms(0, 1);
   Sustained r;
   r.ms = total / static_cast<double>(calls);
   if (mj0 >= 0 && mj1 > mj0) {
