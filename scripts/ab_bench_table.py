@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The bench table of scripts/gpu-ab: reads OUT/bench_<label>_<round>_<k>.csv (tessera bench --csv)
 of every tree and round and prints, per bench row, each tree's times "round 1 / round 2 / ..", each
-tree's mean over A's, A's spread ((max - min) / mean of its rounds) and each tree's mean rate
+tree's mean over A's, its median round over A's (one slow round moves the mean, not the median), A's spread ((max - min) / mean of its rounds) and each tree's mean rate
 (TFLOP/s, or GB/s for byte-rate rows), the figure the issue targets are stated in. A row a tree
 lacks (its run failed) reads "?" and its ratio "n/a".
 
   scripts/ab_bench_table.py OUT K SUITE ROUNDS LABEL [LABEL ...]"""
 import csv
 import os
+import statistics
 import sys
 
 
@@ -34,15 +35,17 @@ def table(out, k, suite, rounds, labels):
     keys = list(t[(labels[0], 1)]) or list(t[(labels[-1], 1)])
     lines = ["", "| bench %s: suite backend dtype d seq batch heads causal | " % suite
              + " | ".join("%s ms" % l for l in labels) + " | " + " | ".join("%s / A" % l for l in labels[1:])
+             + "".join(" | %s / A by medians" % l for l in labels[1:])
              + " | A spread | " + " | ".join("%s rate" % l for l in labels) + " |",
-             "|---|" + "---|" * (3 * len(labels))]
+             "|---|" + "---|" * (4 * len(labels) - 1)]
     for key in keys:
-        cells, means, rates, spread = [], [], [], "n/a"
+        cells, means, medians, rates, spread = [], [], [], [], "n/a"
         for l in labels:
             v = [t[(l, n)].get(key) for n in range(1, rounds + 1)]
             cells.append(" / ".join("%.4g" % x[0] if x is not None else "?" for x in v))
             ok = [x for x in v if x is not None]
             means.append(sum(x[0] for x in ok) / len(ok) if len(ok) == rounds else None)
+            medians.append(statistics.median(x[0] for x in ok) if len(ok) == rounds else None)
             if ok:
                 unit = ok[0][1].split(" ", 1)[1] if ok[0][1] != "-" else ""
                 rates.append("%.0f %s" % (sum(x[2] for x in ok) / len(ok), unit) if unit else "-")
@@ -51,6 +54,7 @@ def table(out, k, suite, rounds, labels):
             if l == labels[0] and means[0]:
                 spread = "%.3f" % ((max(x[0] for x in ok) - min(x[0] for x in ok)) / means[0])
         ratios = ["%.3f" % (m / means[0]) if m and means[0] else "n/a" for m in means[1:]]
+        ratios += ["%.3f" % (m / medians[0]) if m and medians[0] else "n/a" for m in medians[1:]]
         lines.append("| " + key + " | " + " | ".join(cells + ratios + [spread] + rates) + " |")
     return "\n".join(lines)
 

@@ -4,10 +4,11 @@ each round in every tree in turn (A, B, C, .. per case; round r starts at tree r
 --serve` process per tree, so that no case pays for starting Python and torch (~5 s each, most of
 a case's time). Prints the Markdown table gpu-ab writes to ab.txt: per case each tree's medians
 "round 1 / round 2 / ..", each tree's mean over A's, A's spread ((max - min) / mean of its
-rounds), and each tree's range of per-round ratios to A ("B / A by round": the ratio within each
-round, whose trees ran minutes apart at most, lowest-highest). A ratio whose distance from 1 is
-inside A's spread may still be an effect if every round's ratio lies on the same side of 1: a
-drift of the machine between rounds moves both trees of a round alike.
+rounds), each tree's range of per-round ratios to A ("B / A by round": the ratio within each
+round, whose trees ran minutes apart at most, lowest-highest) and the ratio of each tree's median
+round to A's ("B / A by medians": one slow round moves the mean, not the median). A ratio whose
+distance from 1 is inside A's spread may still be an effect if every round's ratio lies on the
+same side of 1: a drift of the machine between rounds moves both trees of a round alike.
 
   scripts/ab_cases.py [--rounds N] [--timing queued|single] --timeout SECONDS TREE_A TREE_B [TREE...] -- "CASE" ...
 
@@ -22,6 +23,7 @@ import argparse
 import os
 import queue
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -124,9 +126,10 @@ def table(cases, trees, timeout, harness=HARNESS, rounds=2, timing=None):
     n = len(trees)
     head = "| case |" + "".join(f" {LABELS[i]} ms |" for i in range(n)) + "".join(
         f" {LABELS[i]} / A |" for i in range(1, n)) + " A spread |" + "".join(
-        f" {LABELS[i]} / A by round |" for i in range(1, n))
+        f" {LABELS[i]} / A by round |" for i in range(1, n)) + "".join(
+        f" {LABELS[i]} / A by medians |" for i in range(1, n))
     print(head)
-    print("|---|" + "---|" * (3 * n - 1))
+    print("|---|" + "---|" * (4 * n - 2))
     try:
         for case in cases:
             times = [[None] * rounds for _ in range(n)]
@@ -151,8 +154,13 @@ def table(cases, trees, timeout, harness=HARNESS, rounds=2, timing=None):
                 r = [times[i][k] / times[0][k] for k in range(rounds) if times[i][k] and times[0][k]]
                 return f"{min(r):.3f}-{max(r):.3f}" if r else "n/a"
 
+            def median(i):
+                v = times[i]
+                return statistics.median(v) if None not in v else None
+
             paired = [by_round(i) for i in range(1, n)]
-            print("| " + case + " | " + " | ".join(cells + ratios + [spread] + paired) + " |", flush=True)
+            medians = [f"{median(i) / median(0):.3f}" if median(i) and median(0) else "n/a" for i in range(1, n)]
+            print("| " + case + " | " + " | ".join(cells + ratios + [spread] + paired + medians) + " |", flush=True)
     finally:
         for s in servers:
             s.stop()

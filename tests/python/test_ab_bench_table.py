@@ -30,13 +30,27 @@ def test_table(tmp_path):
     r = run(tmp_path, "0", "cuda.x", "2", "A", "B")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
-    assert lines[0] == ("| bench cuda.x: suite backend dtype d seq batch heads causal | A ms | B ms | B / A | A spread "
-                        "| A rate | B rate |")
-    assert lines[2] == ("| forward tessera_cuda fp8_e4m3 128 16384 1 16 0 | 2.4 / 2.6 | 2.25 / 2.25 | 0.900 | 0.080 "
-                        "| 881 TFLOP/s | 977 TFLOP/s |")
-    assert lines[3] == ("| forward tessera_cuda fp8_e4m3 128 16384 1 16 0 #2 | 1.2 / 1.2 | 1.1 / 1.1 | 0.917 | 0.000 "
-                        "| 900 TFLOP/s | 1000 TFLOP/s |")
-    assert lines[4] == "| decode tessera_cuda bf16 128 32768 8 32 0 | 0.5 / 0.5 | 0.55 / ? | n/a | 0.000 | 4100 GB/s | 3700 GB/s |"
+    assert lines[0] == ("| bench cuda.x: suite backend dtype d seq batch heads causal | A ms | B ms | B / A "
+                        "| B / A by medians | A spread | A rate | B rate |")
+    assert lines[1] == "|---|---|---|---|---|---|---|---|"
+    assert lines[2] == ("| forward tessera_cuda fp8_e4m3 128 16384 1 16 0 | 2.4 / 2.6 | 2.25 / 2.25 | 0.900 | 0.900 "
+                        "| 0.080 | 881 TFLOP/s | 977 TFLOP/s |")
+    assert lines[3] == ("| forward tessera_cuda fp8_e4m3 128 16384 1 16 0 #2 | 1.2 / 1.2 | 1.1 / 1.1 | 0.917 | 0.917 "
+                        "| 0.000 | 900 TFLOP/s | 1000 TFLOP/s |")
+    assert lines[4] == ("| decode tessera_cuda bf16 128 32768 8 32 0 | 0.5 / 0.5 | 0.55 / ? | n/a | n/a | 0.000 "
+                        "| 4100 GB/s | 3700 GB/s |")
+
+
+def test_one_slow_round_moves_the_mean_not_the_median(tmp_path):
+    row = "mixed_vs_separate,tessera_mixed,bf16,128,4096,136,32,1,%s,300,0\n"
+    for rnd, (a, b) in enumerate([(1.0, 0.9), (1.0, 1.8), (1.0, 0.9)], 1):  # B's second round twice as slow
+        write(tmp_path, "A", rnd, [row % a])
+        write(tmp_path, "B", rnd, [row % b])
+    r = run(tmp_path, "0", "cuda.x", "3", "A", "B")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[2] == ("| mixed_vs_separate tessera_mixed bf16 128 4096 136 32 1 | 1 / 1 / 1 | 0.9 / 1.8 / 0.9 | 1.200 "
+                        "| 0.900 | 0.000 | 300 TFLOP/s | 300 TFLOP/s |"), lines[2]
 
 
 def test_bad_arguments(tmp_path):

@@ -30,6 +30,10 @@ FAKE = textwrap.dedent('''
             calls = int(open(path).read()) if os.path.exists(path) else 0
             open(path, "w").write(str(calls + 1))
             base *= 1 + 0.1 * calls
+        if "--spike" in args and SCALE != 1.0:  # one call of this process (by its index) twice as slow
+            SPIKE = globals().get("SPIKE", 0)
+            base *= 2.0 if SPIKE == int(args[args.index("--spike") + 1]) else 1.0
+            globals()["SPIKE"] = SPIKE + 1
         if "--vary" in args:  # 10 % slower at each call of this process
             VARY = globals().get("VARY", 0)
             base *= 1 + 0.1 * VARY
@@ -58,13 +62,14 @@ def test_table_rows(tmp_path):
     r = run([a, b], ["--ms 2", "EXTRA=2 --ms 2", "--fail --ms 1", "--hang --ms 1", "--ms 4"], timeout=3)
     assert r.returncode == 0, r.stderr
     rows = r.stdout.strip().splitlines()
-    assert rows[0] == "| case | A ms | B ms | B / A | A spread | B / A by round |"
-    assert rows[1] == "|---|---|---|---|---|---|"
-    assert rows[2] == "| --ms 2 | 2.000 / 2.000 | 1.000 / 1.000 | 0.500 | 0.000 | 0.500-0.500 |"
-    assert rows[3] == "| EXTRA=2 --ms 2 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 | 0.500-0.500 |"  # the setting reached the case
-    assert rows[4] == "| --fail --ms 1 | ? / ? | ? / ? | n/a | n/a | n/a |"
-    assert rows[5] == "| --hang --ms 1 | 1.000 / 1.000 | ? / ? | n/a | 0.000 | n/a |"  # B's process hung: killed
-    assert rows[6] == "| --ms 4 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 | 0.500-0.500 |"  # and restarted
+    assert rows[0] == "| case | A ms | B ms | B / A | A spread | B / A by round | B / A by medians |"
+    assert rows[1] == "|---|---|---|---|---|---|---|"
+    assert rows[2] == "| --ms 2 | 2.000 / 2.000 | 1.000 / 1.000 | 0.500 | 0.000 | 0.500-0.500 | 0.500 |"
+    # the setting reached the case
+    assert rows[3] == "| EXTRA=2 --ms 2 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 | 0.500-0.500 | 0.500 |"
+    assert rows[4] == "| --fail --ms 1 | ? / ? | ? / ? | n/a | n/a | n/a | n/a |"
+    assert rows[5] == "| --hang --ms 1 | 1.000 / 1.000 | ? / ? | n/a | 0.000 | n/a | n/a |"  # B's process hung: killed
+    assert rows[6] == "| --ms 4 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 | 0.500-0.500 | 0.500 |"  # and restarted
 
 
 def test_rounds(tmp_path):
@@ -76,9 +81,10 @@ def test_rounds(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = r.stdout.strip().splitlines()
     # A spread: (2.4 - 2.0) / 2.2; within each round B / A is 0.25 however the machine drifts
-    assert rows[2] == "| --vary --ms 2 | 2.000 / 2.200 / 2.400 | 0.500 / 0.550 / 0.600 | 0.250 | 0.182 | 0.250-0.250 |"
-    assert rows[3] == "| --ms 2 | 2.000 / 2.000 / 2.000 | 0.500 / 0.500 / 0.500 | 0.250 | 0.000 | 0.250-0.250 |"
-    assert rows[4] == "| --fail --ms 1 | ? / ? / ? | ? / ? / ? | n/a | n/a | n/a |"
+    assert rows[2] == ("| --vary --ms 2 | 2.000 / 2.200 / 2.400 | 0.500 / 0.550 / 0.600 | 0.250 | 0.182 | 0.250-0.250 "
+                       "| 0.250 |")
+    assert rows[3] == "| --ms 2 | 2.000 / 2.000 / 2.000 | 0.500 / 0.500 / 0.500 | 0.250 | 0.000 | 0.250-0.250 | 0.250 |"
+    assert rows[4] == "| --fail --ms 1 | ? / ? / ? | ? / ? / ? | n/a | n/a | n/a | n/a |"
     for bad in ("0", "21"):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", bad, a, b, "--",
                             "--ms 1"], capture_output=True, text=True, timeout=60)
@@ -97,7 +103,20 @@ def test_rounds_rotate_the_tree_order(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = r.stdout.strip().splitlines()
     # Within a round the later tree reads 10 % slower: the per-round ratios straddle 1.
-    assert rows[2] == f"| --drift {drift} --ms 1 | 1.000 / 1.300 | 1.100 / 1.200 | 1.000 | 0.261 | 0.923-1.100 |", rows[2]
+    assert rows[2] == f"| --drift {drift} --ms 1 | 1.000 / 1.300 | 1.100 / 1.200 | 1.000 | 0.261 | 0.923-1.100 | 1.000 |", rows[2]
+
+
+def test_one_slow_round_moves_the_mean_not_the_median(tmp_path):
+    # B is half of A's time but its second round is twice as slow (a clock drop in one round):
+    # by means B / A reads 0.667, by medians 0.500.
+    a, b = make_tree(tmp_path, "a", 1.0), make_tree(tmp_path, "b", 0.5)
+    harness = os.path.join(tmp_path, "fake_profile_case.py")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ab_cases.py"), "--rounds", "3", "--timeout", "5",
+                        "--harness", harness, a, b, "--", "--spike 1 --ms 2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.strip().splitlines()
+    assert rows[2] == "| --spike 1 --ms 2 | 2.000 / 2.000 / 2.000 | 1.000 / 2.000 / 1.000 | 0.667 | 0.000 | 0.500-1.000 | 0.500 |", rows[2]
 
 
 def test_gpu_ab_rejects_bad_rounds(tmp_path):
@@ -226,15 +245,15 @@ def test_real_harness_with_stub_modules(tmp_path):
                         *cases], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     rows = r.stdout.strip().splitlines()[2:]
-    assert rows[0] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 |"
-    assert rows[1] == "| TESSERA_STUB_MS=4 --d 64 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 | 0.500-0.500 |"
-    assert rows[2] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 |"  # the setting was undone
-    assert rows[3] == "| STUB_FAIL=1 --d 128 | ? / ? | ? / ? | n/a | n/a | n/a |"
-    assert rows[4].endswith("| ? / ? | ? / ? | n/a | n/a | n/a |")  # unbalanced quote
-    assert rows[5] == "| --dtype fp9 | ? / ? | ? / ? | n/a | n/a | n/a |"
-    assert rows[6] == "| --d 256 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 |"
-    assert rows[7] == "| --d 64 --seq 1024 --window 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 |"
-    assert rows[8] == "| --window 128 --causal | ? / ? | ? / ? | n/a | n/a | n/a |"  # refused: the window is causal
+    assert rows[0] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 | 0.500 |"
+    assert rows[1] == "| TESSERA_STUB_MS=4 --d 64 | 4.000 / 4.000 | 2.000 / 2.000 | 0.500 | 0.000 | 0.500-0.500 | 0.500 |"
+    assert rows[2] == "| --d 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 | 0.500 |"  # the setting was undone
+    assert rows[3] == "| STUB_FAIL=1 --d 128 | ? / ? | ? / ? | n/a | n/a | n/a | n/a |"
+    assert rows[4].endswith("| ? / ? | ? / ? | n/a | n/a | n/a | n/a |")  # unbalanced quote
+    assert rows[5] == "| --dtype fp9 | ? / ? | ? / ? | n/a | n/a | n/a | n/a |"
+    assert rows[6] == "| --d 256 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 | 0.500 |"
+    assert rows[7] == "| --d 64 --seq 1024 --window 128 | 1.000 / 1.000 | 0.500 / 0.500 | 0.500 | 0.000 | 0.500-0.500 | 0.500 |"
+    assert rows[8] == "| --window 128 --causal | ? / ? | ? / ? | n/a | n/a | n/a | n/a |"  # refused: the window is causal
     # Cases that reached torch: every tree in turn, round 2 starting at B.
     served = log.read_text().split()
     assert served == ["A", "B", "B", "A"] * 5 + ["A", "B", "B", "A"], served
