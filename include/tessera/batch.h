@@ -49,7 +49,7 @@ struct SplitPolicy {
 };
 
 struct BatchConfig {
-  int heads_q = 0;
+  int heads_q = 0;  // 1..65536 (limits: docs/SEMANTICS.md, "BatchAttention: plan / run")
   int heads_kv = 0;
   int head_dim = 0;
   DType dtype = DType::bf16;  // of q, the cache and out

@@ -53,6 +53,7 @@ struct Tensor {
 
   // True for a real tensor: it has dims and data (an empty tensor may have no data).
   bool present() const noexcept { return rank > 0 && (data != nullptr || numel() == 0); }
+  // Elements: 0 if a size is 0, -1 if a size is negative, INT64_MAX if the product overflows.
   std::int64_t numel() const noexcept;
   std::int64_t size(int dim) const { return shape[dim < 0 ? dim + rank : dim]; }
   bool is_contiguous() const noexcept;

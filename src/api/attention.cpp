@@ -51,11 +51,6 @@ void check_options(const AttentionOptions& o, int head_dim, MaskOptions* mask) {
   mask->window_right = o.window_right;
 }
 
-void check_context(const ExecutionContext& ctx) {
-  if (ctx.num_threads < 0)
-    fail(ErrorCode::invalid_argument, "ctx.num_threads", ">= 0 (0 = all cores)", str(ctx.num_threads));
-}
-
 // Checks a cu_seqlens tensor; returns its batch size. For host-visible arrays, also every
 // element (starts at 0, never decreases, ends at `total`) and the largest length.
 int check_cu_seqlens(const Tensor& cu, const char* name, const Tensor& q, std::int64_t total, int* max_len) {
@@ -64,6 +59,10 @@ int check_cu_seqlens(const Tensor& cu, const char* name, const Tensor& q, std::i
   validate::same_device(cu, name, q, "q");
   validate::unit_stride(cu, name, 0, "its only dim");
   if (cu.shape[0] < 1) fail(ErrorCode::invalid_argument, name, "at least 1 entry (batch + 1)", "shape " + cu.shape_string());
+  // The batch is an int: more entries would wrap it (and index the table out of range).
+  if (cu.shape[0] - 1 > std::numeric_limits<int>::max())
+    fail(ErrorCode::invalid_argument, name, "at most 2^31 entries (a batch of at most 2^31 - 1)",
+         "shape " + cu.shape_string());
   const int batch = static_cast<int>(cu.shape[0] - 1);
   *max_len = static_cast<int>(std::min<std::int64_t>(total, std::numeric_limits<int>::max()));
   if (cu.device.kind != DeviceKind::cpu) return batch;  // device-resident: contents unchecked
@@ -154,6 +153,25 @@ DescalePtr check_descale(const Tensor& t, const char* name, const Tensor& q, int
           fail(ErrorCode::invalid_argument, std::string(name) + "[" + str(b) + ", " + str(h) + "]",
                "a finite factor >= 0", std::to_string(d.at(b, h)));
   return d;
+}
+
+// Host-resident q and k descales: the kernels fold scale * dq * dk into one fp32 factor of the
+// scores (log2 e times it, SEMANTICS.md), which must be finite; each factor alone may be. Device-
+// resident factors are trusted, as their values.
+void check_descale_products(const AttentionParams& p, const Tensor& q_descale, const Tensor& k_descale) {
+  const bool q_host = q_descale.rank == 0 || q_descale.device.kind == DeviceKind::cpu;
+  const bool k_host = k_descale.rank == 0 || k_descale.device.kind == DeviceKind::cpu;
+  if (!q_host || !k_host || (p.q_descale.ptr == nullptr && p.k_descale.ptr == nullptr)) return;
+  const float scale_log2 = p.mask.scale * 1.44269504088896341f;
+  for (int b = 0; b < p.batch; ++b)
+    for (int h = 0; h < p.heads_kv; ++h) {
+      const float dq = p.q_descale.at(b, h), dk = p.k_descale.at(b, h);  // 1 where absent
+      if (!std::isfinite(scale_log2 * (dq * dk)))
+        fail(ErrorCode::invalid_argument, "descale.k[" + str(b) + ", " + str(h) + "]",
+             "a factor whose product with descale.q (" + std::to_string(dq) + ") and the scale (" +
+                 std::to_string(p.mask.scale) + ") is a finite fp32 value",
+             std::to_string(dk));
+    }
 }
 
 // A saved LSE in host memory: every value finite or -inf (an empty row). +inf and NaN are no
@@ -264,7 +282,10 @@ AttentionParams build_params(const Tensor& q, const Tensor& k, const Tensor& v, 
     validate::same_device(lse, "lse", q, "q");
     validate::non_negative_strides(lse, "lse");
     validate::unit_stride(lse, "lse", lse.rank - 1, "the token dim");
-    if (entry != Entry::backward) validate::no_internal_overlap(lse, "lse");
+    if (entry != Entry::backward) {
+      validate::no_internal_overlap(lse, "lse");
+      validate::disjoint(lse, "lse", out, "out");  // both written
+    }
     p.lse.ptr = lse.ptr<float>();
     p.lse.batch = ragged ? 0 : lse.stride[0];
     p.lse.head = ragged ? lse.stride[0] : lse.stride[1];
@@ -275,7 +296,8 @@ AttentionParams build_params(const Tensor& q, const Tensor& k, const Tensor& v, 
     p.v_descale = check_descale(descale->v, "descale.v", q, p.batch, p.heads_kv);
   }
   check_options(options, p.head_dim, &p.mask);
-  check_context(ctx);
+  if (descale != nullptr) check_descale_products(p, descale->q, descale->k);
+  validate::execution_context(ctx);
   p.deterministic = options.deterministic;
   p.stream = ctx.stream;
   p.num_threads = ctx.num_threads;
@@ -319,6 +341,11 @@ BackwardParams build_backward_params(const Tensor& q, const Tensor& k, const Ten
     validate::unit_stride(*t, name, r - 1, "head_dim");
     if (t != &dout) validate::no_internal_overlap(*t, name);  // the gradients are written
   }
+  // The gradients are written at once: no byte of one may be another's (q, k, v packed in one
+  // buffer, with the gradients likewise, is fine: disjoint() then checks element by element).
+  validate::disjoint(dk, "dk", dq, "dq");
+  validate::disjoint(dv, "dv", dq, "dq");
+  validate::disjoint(dv, "dv", dk, "dk");
   p.dout = strided(dout, ragged);
   p.dq = strided(dq, ragged);
   p.dk = strided(dk, ragged);
@@ -358,8 +385,9 @@ MergeParams build_merge_params(const Tensor& o_states, const Tensor& lse_states,
     validate::dim_equals(out_lse, "out_lse", 1, o_states.shape[2], "heads, as o_states");
     validate::non_negative_strides(out_lse, "out_lse");
     validate::no_internal_overlap(out_lse, "out_lse");
+    validate::disjoint(out_lse, "out_lse", out, "out");  // both written
   }
-  check_context(ctx);
+  validate::execution_context(ctx);
   check_int_range(o_states.shape[0], "o_states.shape[0] (num_states)");
   check_int_range(o_states.shape[2], "o_states.shape[2] (heads)");
   check_int_range(o_states.shape[3], "o_states.shape[3] (head_dim)");

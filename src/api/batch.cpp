@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ float resolved_scale(const BatchConfig& c) {
   return c.options.scale ? *c.options.scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 }
 
+// A moved-from BatchAttention has no state: its members say so instead of reading through null.
+template <class StatePtr>
+auto& live(const StatePtr& state) {
+  if (!state) fail(ErrorCode::invalid_argument, "this", "a BatchAttention that has not been moved from", "a moved-from one");
+  return *state;
+}
+
 void check_config(const BatchConfig& c) {
   if (c.heads_q < 1) fail(ErrorCode::invalid_argument, "config.heads_q", ">= 1", str(c.heads_q));
   if (c.heads_kv < 1 || c.heads_q % c.heads_kv != 0)
@@ -47,6 +55,19 @@ void check_config(const BatchConfig& c) {
   if (c.page_size < 1) fail(ErrorCode::invalid_argument, "config.page_size", ">= 1", str(c.page_size));
   validate::value_in_range(c.max_requests, "config.max_requests", 1, 1 << 20);
   validate::value_in_range(c.max_q_tokens, "config.max_q_tokens", 1, 1 << 24);
+  // Far above any model's head count; it keeps the workspace's byte sizes well inside 64 bits.
+  validate::value_in_range(c.heads_q, "config.heads_q", 1, 1 << 16);
+  {
+    // The plan indexes its work items in int32: the most query tiles a batch can have, times
+    // the KV heads, must fit (batch_plan.h, max_tiles).
+    const std::int64_t t = plan::q_tile_rows(c.heads_q, c.heads_kv, c.head_dim);
+    const std::int64_t max_tiles = (c.max_q_tokens + static_cast<std::int64_t>(c.max_requests) * (t - 1)) / t;
+    if (max_tiles * c.heads_kv > std::numeric_limits<std::int32_t>::max())
+      fail(ErrorCode::invalid_argument, "config.max_q_tokens",
+           "a capacity of at most 2^31 - 1 work items (query tiles of " + str(t) + " rows for max_q_tokens and " +
+               "max_requests = " + str(c.max_requests) + ", times heads_kv = " + str(c.heads_kv) + ")",
+           str(c.max_q_tokens) + " (" + str(max_tiles) + " tiles x " + str(c.heads_kv) + ")");
+  }
   switch (c.split.mode) {
     case SplitPolicy::Mode::automatic:
     case SplitPolicy::Mode::disabled: break;
@@ -167,7 +188,10 @@ BatchAttention::~BatchAttention() = default;
 BatchAttention::BatchAttention(BatchAttention&&) noexcept = default;
 BatchAttention& BatchAttention::operator=(BatchAttention&&) noexcept = default;
 
-const BatchConfig& BatchAttention::config() const { return state_->config; }
+const BatchConfig& BatchAttention::config() const {
+  validate::FunctionScope scope("BatchAttention::config");
+  return live(state_).config;
+}
 
 std::size_t BatchAttention::workspace_size(const BatchConfig& config, const DeviceFacts& facts) {
   validate::FunctionScope scope("BatchAttention::workspace_size");
@@ -181,7 +205,7 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
                           const DeviceFacts& facts, const Workspace& workspace, const ExecutionContext& ctx) {
   (void)ctx;  // the CPU plan is written synchronously; CUDA copies it on ctx.stream
   validate::FunctionScope scope("BatchAttention::plan");
-  State& s = *state_;
+  State& s = live(state_);
   const BatchConfig& c = s.config;
   check_facts(facts);
   const auto batch = static_cast<std::int64_t>(q_lens.size());
@@ -290,7 +314,8 @@ void BatchAttention::plan(std::span<const std::int32_t> q_lens, std::span<const 
 void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageTable& table, const Tensor& out,
                          const Tensor& lse, const Workspace& workspace, const ExecutionContext& ctx) const {
   validate::FunctionScope scope("BatchAttention::run");
-  const State& s = *state_;
+  const State& s = live(state_);
+  validate::execution_context(ctx);
   const BatchConfig& c = s.config;
   if (!s.planned) fail(ErrorCode::plan_mismatch, "workspace", "a workspace filled by plan()", "no plan yet");
   if (workspace.data != s.workspace.data || workspace.bytes != s.workspace.bytes ||
@@ -354,6 +379,7 @@ void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageT
     validate::no_internal_overlap(lse, "lse");
     validate::disjoint(lse, "lse", cache.k_pages, "cache.k_pages");
     validate::disjoint(lse, "lse", cache.v_pages, "cache.v_pages");
+    validate::disjoint(lse, "lse", out, "out");
   }
   const PageTableParams tp = api::build_page_table_params(table, cp, device);
   if (tp.batch != s.summary.batch)
@@ -399,15 +425,27 @@ void BatchAttention::run(const Tensor& q, const PagedKVCache& cache, const PageT
   dispatch::batch_attention_run(p);
 }
 
-int BatchAttention::planned_batch() const { return state_->planned ? state_->summary.batch : 0; }
-std::int64_t BatchAttention::planned_q_tokens() const { return state_->planned ? state_->summary.total_q : 0; }
-int BatchAttention::planned_work_items() const { return state_->planned ? state_->summary.num_items : 0; }
+int BatchAttention::planned_batch() const {
+  validate::FunctionScope scope("BatchAttention::planned_batch");
+  const State& s = live(state_);
+  return s.planned ? s.summary.batch : 0;
+}
+std::int64_t BatchAttention::planned_q_tokens() const {
+  validate::FunctionScope scope("BatchAttention::planned_q_tokens");
+  const State& s = live(state_);
+  return s.planned ? s.summary.total_q : 0;
+}
+int BatchAttention::planned_work_items() const {
+  validate::FunctionScope scope("BatchAttention::planned_work_items");
+  const State& s = live(state_);
+  return s.planned ? s.summary.num_items : 0;
+}
 int BatchAttention::planned_splits(int request) const {
   validate::FunctionScope scope("BatchAttention::planned_splits");
   if (request < 0 || request >= planned_batch())
     fail(ErrorCode::invalid_argument, "request", "a request of the current plan in [0, " + str(planned_batch()) + ")",
          str(request));
-  return state_->splits[static_cast<std::size_t>(request)];
+  return live(state_).splits[static_cast<std::size_t>(request)];
 }
 
 }  // namespace tessera

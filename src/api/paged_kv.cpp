@@ -160,6 +160,7 @@ void new_tokens(const Tensor& t, const char* name, const PagedCacheParams& c, co
 void append_paged_kv(const PagedKVCache& cache, const PageTable& table, const Tensor& append_indptr,
                      const Tensor& new_k, const Tensor& new_v, const ExecutionContext& ctx) {
   validate::FunctionScope scope("append_paged_kv");
+  validate::execution_context(ctx);
   const PagedCacheParams c = api::build_paged_cache_params(cache);
   check_cache_writable(cache, false);
   const Device device = cache.k_pages.device;
@@ -229,6 +230,7 @@ void append_paged_kv(const PagedKVCache& cache, const PageTable& table, const Te
 void copy_pages(const PagedKVCache& cache, const Tensor& src_pages, const Tensor& dst_pages,
                 const ExecutionContext& ctx) {
   validate::FunctionScope scope("copy_pages");
+  validate::execution_context(ctx);
   const PagedCacheParams c = api::build_paged_cache_params(cache);
   check_cache_writable(cache, true);
   for (const auto& [t, name] : {std::pair{&src_pages, "src_pages"}, std::pair{&dst_pages, "dst_pages"}}) {

@@ -1,5 +1,6 @@
 #include "tessera/tensor.h"
 
+#include <limits>
 #include <string>
 
 #include "tessera/error.h"
@@ -91,8 +92,15 @@ Tensor Tensor::from_arrays(void* data, DType dtype, int rank, const std::int64_t
 std::int64_t Tensor::numel() const noexcept {
   if (rank == 0) return 0;
   std::int64_t n = 1;
-  for (int d = 0; d < rank; ++d) n *= shape[d];
-  return n;
+  bool negative = false, overflow = false;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 0) return 0;  // empty, whatever the other sizes
+    negative = negative || shape[d] < 0;
+    overflow = overflow || __builtin_mul_overflow(n, shape[d], &n);
+  }
+  if (negative) return -1;
+  // Saturated, not wrapped: a wrapped count could read 0 and pass a null pointer as empty.
+  return overflow ? std::numeric_limits<std::int64_t>::max() : n;
 }
 
 bool Tensor::is_contiguous() const noexcept {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -37,11 +38,23 @@ void fail(ErrorCode code, const std::string& argument, const std::string& expect
 
 void present(const Tensor& t, const char* name) {
   if (t.rank <= 0) fail(ErrorCode::invalid_argument, name, "a tensor", "an absent tensor (rank 0)");
-  if (t.data == nullptr && t.numel() > 0)
+  const std::int64_t n = t.numel();
+  if (t.data == nullptr && n > 0)
     fail(ErrorCode::invalid_argument, name, "a data pointer", "nullptr with shape " + t.shape_string());
+  // No memory holds more than 2^63 bytes: such a shape is a caller's arithmetic gone wrong, and
+  // sizes computed from it would wrap.
+  std::int64_t bytes = 0;
+  if (n == std::numeric_limits<std::int64_t>::max() ||
+      __builtin_mul_overflow(n, static_cast<std::int64_t>(dtype_size(t.dtype)), &bytes))
+    fail(ErrorCode::invalid_argument, name, "a shape of fewer than 2^63 bytes", "shape " + t.shape_string());
 }
 
 void absent_or_present(const Tensor&, const char*) {}
+
+void execution_context(const ExecutionContext& ctx) {
+  if (ctx.num_threads < 0)
+    fail(ErrorCode::invalid_argument, "ctx.num_threads", ">= 0 (0 = all cores)", str(ctx.num_threads));
+}
 
 void rank(const Tensor& t, const char* name, int expected, const char* dims) {
   // A 0-dim array has data but no dims: say so, not "absent" (rank 0 is how absence is spelled).

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tessera/error.h"
+#include "tessera/options.h"
 #include "tessera/tensor.h"
 
 namespace tessera::validate {
@@ -49,6 +50,8 @@ void disjoint(const Tensor& t, const char* name, const Tensor& other, const char
 // a and b are one view: the same device, address, dtype, shape and strides (a stride of a size-1
 // dimension places nothing and is not compared).
 bool same_view(const Tensor& a, const Tensor& b);
+// ctx.num_threads >= 0 (0 = all cores).
+void execution_context(const ExecutionContext& ctx);
 void head_dim_supported(std::int64_t head_dim, const char* name);         // 8..256, multiple of 8
 void heads_divisible(std::int64_t heads_q, std::int64_t heads_kv);
 void value_in_range(std::int64_t value, const char* name, std::int64_t lo, std::int64_t hi);  // lo <= v <= hi

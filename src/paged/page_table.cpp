@@ -79,6 +79,7 @@ HostPageTable block_table_to_page_table(const Tensor& block_table, std::span<con
   if (page_size < 1) fail(ErrorCode::invalid_argument, "page_size", ">= 1", str(page_size));
   validate::rank(block_table, "block_table", 2, "(batch, max_pages)");
   validate::dtype_is(block_table, "block_table", DType::i32);
+  validate::non_negative_strides(block_table, "block_table");
   if (block_table.device.kind != DeviceKind::cpu)
     fail(ErrorCode::invalid_argument, "block_table", "host (cpu) memory", device_name(block_table.device));
   const std::int64_t batch = block_table.shape[0], max_pages = block_table.shape[1];

@@ -92,6 +92,12 @@ TEST(PageTable, BlockTableErrors) {
   Tensor on_gpu = bt.view();
   on_gpu.device = Device::cuda(0);
   expect_error([&] { (void)block_table_to_page_table(on_gpu, ok, 4); }, ErrorCode::invalid_argument, "block_table");
+  // Rows walked backwards from the last (a negative stride, as numpy's [::-1]): refused, as
+  // everywhere, not read from before the view's data pointer.
+  Tensor reversed = bt.view();
+  reversed.data = static_cast<std::int32_t*>(reversed.data) + 2;
+  reversed.stride[0] = -2;
+  expect_error([&] { (void)block_table_to_page_table(reversed, ok, 4); }, ErrorCode::invalid_argument, "block_table");
 }
 
 TEST(PageTable, HostPageTableViewPointsAtItsVectors) {

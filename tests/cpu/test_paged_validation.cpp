@@ -86,6 +86,18 @@ class AppendValidation : public ::testing::Test {
 };
 
 TEST_F(AppendValidation, ValidArgumentsAreAccepted) { EXPECT_NO_THROW(append_paged_kv(cache, table, ai, nk, nv)); }
+TEST_F(AppendValidation, NegativeThreadCount) {
+  ExecutionContext ctx;
+  ctx.num_threads = -1;
+  expect_rejected([&] { append_paged_kv(cache, table, ai, nk, nv, ctx); }, [&] { return f.snapshot(); },
+                  "append_paged_kv", ErrorCode::invalid_argument, "ctx.num_threads");
+}
+TEST_F(AppendValidation, CachePast63BitsOfBytes) {
+  // (2^30, 2^30, 1, 16) elements is 2^64: a plain product wrapped to 0 and let a null cache pass as empty.
+  const std::int64_t big = std::int64_t{1} << 30;
+  cache.k_pages = Tensor(nullptr, DType::bf16, {big, big, 1, 16});
+  expect(ErrorCode::invalid_argument, "cache.k_pages");
+}
 TEST_F(AppendValidation, CacheKAbsent) { cache.k_pages = Tensor{}; expect(ErrorCode::invalid_argument, "cache.k_pages"); }
 TEST_F(AppendValidation, CacheRank) {
   cache.k_pages.rank = 3;
@@ -266,6 +278,12 @@ class CopyValidation : public ::testing::Test {
 };
 
 TEST_F(CopyValidation, ValidArgumentsAreAccepted) { EXPECT_NO_THROW(copy_pages(cache, src, dst)); }
+TEST_F(CopyValidation, NegativeThreadCount) {
+  ExecutionContext ctx;
+  ctx.num_threads = -2;
+  expect_rejected([&] { copy_pages(cache, src, dst, ctx); }, [&] { return f.snapshot(); }, "copy_pages",
+                  ErrorCode::invalid_argument, "ctx.num_threads");
+}
 TEST_F(CopyValidation, Cache) { cache.v_pages = Tensor{}; expect(ErrorCode::invalid_argument, "cache.v_pages"); }
 TEST_F(CopyValidation, CacheKAndVShareMemory) {
   // One tensor as both K and V (a shared latent cache): copied twice, allowed.
@@ -330,6 +348,12 @@ TEST(BatchConfigValidation, EveryField) {
   struct Bad { std::function<void(BatchConfig&)> edit; std::string argument; };
   const std::vector<Bad> bads{
       {[](BatchConfig& c) { c.heads_q = 0; }, "config.heads_q"},
+      {[](BatchConfig& c) { c.heads_q = c.heads_kv = 1 << 17; }, "config.heads_q"},
+      // 2^20 requests of up to 2^20 query tiles (head_dim 8, no grouping: 128-row tiles) times 2^16
+      // KV heads: 2^36 work items, past the plan's int32 indices (the workspace size wrapped and plan()
+      // wrote past its end).
+      {[](BatchConfig& c) { c.heads_q = c.heads_kv = 1 << 16; c.head_dim = 8; c.max_requests = 1 << 20; },
+       "config.max_q_tokens"},
       {[](BatchConfig& c) { c.heads_kv = 3; }, "config.heads_kv"},
       {[](BatchConfig& c) { c.heads_kv = 0; }, "config.heads_kv"},
       {[](BatchConfig& c) { c.head_dim = 20; }, "config.head_dim"},
@@ -355,6 +379,31 @@ TEST(BatchConfigValidation, EveryField) {
   }
   expect_rejected([&] { (void)BatchAttention::workspace_size(good_config(), DeviceFacts{Device::cpu(), 0}); }, none,
                   "BatchAttention::workspace_size", ErrorCode::invalid_argument, "facts.num_sms");
+}
+
+TEST(BatchConfigValidation, LargestCapacitiesWithinTheItemLimitAreAccepted) {
+  // The work-item check refuses only what overflows: the largest capacities at a common shape pass.
+  BatchConfig c = good_config();
+  c.heads_q = 64;
+  c.heads_kv = 8;
+  c.head_dim = 128;
+  c.max_requests = 1 << 20;
+  c.max_q_tokens = 1 << 24;
+  EXPECT_NO_THROW((void)BatchAttention::workspace_size(c, DeviceFacts{Device::cpu(), 132}));
+}
+
+TEST(BatchAttentionValidation, MovedFromObjectRefusesEveryCall) {
+  BatchAttention a(good_config());
+  BatchAttention b(std::move(a));
+  auto none = [] { return std::vector<unsigned char>{}; };
+  expect_rejected([&] { (void)a.config(); }, none, "BatchAttention::config", ErrorCode::invalid_argument, "this");
+  expect_rejected([&] { (void)a.planned_batch(); }, none, "BatchAttention::planned_batch", ErrorCode::invalid_argument,
+                  "this");
+  std::vector<std::int32_t> lens{1};
+  Buffer ws(BatchAttention::workspace_size(good_config(), DeviceFacts{Device::cpu(), 2}));
+  expect_rejected([&] { a.plan(lens, lens, DeviceFacts{Device::cpu(), 2}, {ws.data(), ws.bytes, Device::cpu()}); },
+                  none, "BatchAttention::plan", ErrorCode::invalid_argument, "this");
+  EXPECT_EQ(b.config().heads_q, good_config().heads_q);  // the state moved with the object
 }
 
 // A planned batch of two requests (q 2 and 1, kv 6 and 3) over the fixture's cache.
@@ -391,6 +440,16 @@ class RunValidation : public ::testing::Test {
 TEST_F(RunValidation, ValidArgumentsAreAccepted) {
   EXPECT_NO_THROW(ba.run(q, cache, table, out, lse, w));
   EXPECT_EQ(out_h.count_nan(), 0);
+}
+TEST_F(RunValidation, NegativeThreadCount) {
+  ExecutionContext ctx;
+  ctx.num_threads = -1;
+  expect_rejected([&] { ba.run(q, cache, table, out, lse, w, ctx); }, [&] { return snapshot(); }, "BatchAttention::run",
+                  ErrorCode::invalid_argument, "ctx.num_threads");
+}
+TEST_F(RunValidation, LseInsideOut) {
+  lse = Tensor(out_h.view().data, DType::f32, {4, 3});  // 48 bytes inside out's 192
+  expect(ErrorCode::invalid_argument, "lse");
 }
 TEST_F(RunValidation, RunBeforePlan) {
   BatchAttention fresh(good_config());

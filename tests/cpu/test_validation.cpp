@@ -102,6 +102,80 @@ TEST(Validation, NullDataWithElements) {
   expect_error([&] { attention_forward(p.Q(), p.K(), v, p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "v", p);
 }
 
+TEST(Validation, SizesPast63BitsOfBytesAreRefused) {
+  // (1, 2^30, 2^30, 16) elements: 2^64, which wrapped to 0 in a plain product, so a null q passed as
+  // empty and the kernel read through it. Refused with or without data.
+  Problem p;
+  const std::int64_t big = std::int64_t{1} << 30;
+  Tensor null_q(nullptr, DType::f32, {1, big, big, 16});
+  expect_error([&] { attention_forward(null_q, p.K(), p.V(), p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "q", p);
+  Tensor huge_v(p.v.data(), DType::f32, {1, big, big / 4, 16});  // 2^62 elements, 2^64 bytes
+  expect_error([&] { attention_forward(p.Q(), p.K(), huge_v, p.O(), p.L(), p.opt); }, ErrorCode::invalid_argument, "v", p);
+  try {
+    attention_forward(p.Q(), p.K(), huge_v, p.O(), p.L(), p.opt);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fewer than 2^63 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(null_q.numel(), std::numeric_limits<std::int64_t>::max());  // saturated, not wrapped
+}
+
+TEST(Validation, OutputsOfOneCallDoNotOverlap) {
+  {
+    Problem p;  // lse over out's first bytes
+    Tensor lse(p.out.data(), DType::f32, {p.b, p.hq, p.sq});
+    expect_error([&] { attention_forward(p.Q(), p.K(), p.V(), p.O(), lse, p.opt); }, ErrorCode::invalid_argument, "lse", p);
+  }
+  {
+    Problem p;  // dv written over dk
+    Tensor dq(p.dq.data(), DType::f32, {p.b, p.sq, p.hq, p.d}), dk(p.dk.data(), DType::f32, {p.b, p.sk, p.hkv, p.d});
+    Tensor dout(p.dout.data(), DType::f32, {p.b, p.sq, p.hq, p.d});
+    expect_error([&] { attention_backward(p.Q(), p.K(), p.V(), p.O(), dout, p.L(), dq, dk, dk, p.opt); },
+                 ErrorCode::invalid_argument, "dv", p);
+  }
+  {
+    std::vector<float> o(2 * 3 * 4 * 8, 1.f), l(2 * 3 * 4, 0.f), out(3 * 4 * 8, kSentinel);
+    Tensor os(o.data(), DType::f32, {2, 3, 4, 8}), ls(l.data(), DType::f32, {2, 3, 4});
+    Tensor ot(out.data(), DType::f32, {3, 4, 8}), olse(out.data() + 8, DType::f32, {3, 4});
+    try {
+      merge_states(os, ls, ot, olse);
+      ADD_FAILURE() << "out_lse inside out was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "out_lse") << e.what();
+    }
+    for (float x : out) EXPECT_EQ(x, kSentinel);
+  }
+}
+
+TEST(Validation, PackedGradientsInOneBufferAreAccepted) {
+  // q, k, v and dq, dk, dv as (batch, seq, 3, heads, head_dim) packed buffers (a fused QKV
+  // projection): the gradients share one buffer without sharing an element. The result equals
+  // the one with separate buffers.
+  const int b = 2, s = 6, h = 2, d = 16;
+  std::vector<float> qkv(b * s * 3 * h * d), dqkv(qkv.size(), kSentinel), dout(b * s * h * d);
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.37f * static_cast<float>(i));
+  for (std::size_t i = 0; i < dout.size(); ++i) dout[i] = std::cos(0.11f * static_cast<float>(i));
+  auto view = [&](std::vector<float>& buf, int which) {
+    return Tensor(buf.data() + which * h * d, DType::f32, {b, s, h, d}, {s * 3 * h * d, 3 * h * d, d, 1});
+  };
+  std::vector<float> out(dout.size()), lse(b * h * s);
+  Tensor o(out.data(), DType::f32, {b, s, h, d}), l(lse.data(), DType::f32, {b, h, s}), g(dout.data(), DType::f32, {b, s, h, d});
+  AttentionOptions opt;
+  opt.return_lse = true;
+  opt.causal = true;
+  attention_forward(view(qkv, 0), view(qkv, 1), view(qkv, 2), o, l, opt);
+  ASSERT_NO_THROW(attention_backward(view(qkv, 0), view(qkv, 1), view(qkv, 2), o, g, l, view(dqkv, 0), view(dqkv, 1),
+                                     view(dqkv, 2), opt));
+  std::vector<float> dq(dout.size()), dk(dout.size()), dv(dout.size());
+  auto plain = [&](std::vector<float>& buf) { return Tensor(buf.data(), DType::f32, {b, s, h, d}); };
+  attention_backward(view(qkv, 0), view(qkv, 1), view(qkv, 2), o, g, l, plain(dq), plain(dk), plain(dv), opt);
+  for (int i = 0; i < b * s; ++i)
+    for (int j = 0; j < h * d; ++j) {
+      ASSERT_EQ(dqkv[i * 3 * h * d + j], dq[i * h * d + j]);
+      ASSERT_EQ(dqkv[i * 3 * h * d + h * d + j], dk[i * h * d + j]);
+      ASSERT_EQ(dqkv[i * 3 * h * d + 2 * h * d + j], dv[i * h * d + j]);
+    }
+}
+
 TEST(Validation, DtypesAgree) {
   Problem p;
   Tensor k = p.K();
@@ -390,6 +464,16 @@ TEST(Validation, CuSeqlensSameBatch) {
   expect_error([&] { r.call(); }, ErrorCode::invalid_argument, "cu_seqlens_k", r);
 }
 
+TEST(Validation, CuSeqlensOfMoreThan2To31EntriesIsRefused) {
+  // 2^31 + 1 entries would make the batch an int past 2^31 - 1 (it wrapped to INT_MIN and the
+  // check read cu_seqlens_q[INT_MIN]); refused on the size alone, before any entry is read.
+  Ragged r;
+  const std::int64_t n = (std::int64_t{1} << 31) + 1;
+  Tensor cq(r.cuq.data(), DType::i32, {n}), ck(r.cuk.data(), DType::i32, {n});
+  expect_error([&] { attention_forward_ragged(r.Qr(), r.Kr(), r.Vr(), cq, ck, r.Or(), r.Lr(), r.opt); },
+               ErrorCode::invalid_argument, "cu_seqlens_q", r);
+}
+
 TEST(Validation, CuSeqlensDtype) {
   Ragged r;
   std::vector<float> f(4, 0.f);
@@ -609,6 +693,19 @@ TEST(Validation, Fp8DescaleFiniteAndNotNegative) {
     p.dk[2] = bad;  // (sequence 1, kv head 0)
     expect_error([&] { p.call(p.S()); }, ErrorCode::invalid_argument, "descale.k[1, 0]", p);
   }
+}
+
+TEST(Validation, Fp8DescaleProductMustBeFinite) {
+  // Each factor finite, their product with the scale not: the kernels fold scale * dq * dk into one
+  // fp32 factor, which would be inf (NaN outputs).
+  Fp8Problem p;
+  p.dq[2] = 1e20f;
+  p.dk[2] = 1e20f;  // (sequence 1, kv head 0)
+  expect_error([&] { p.call(p.S()); }, ErrorCode::invalid_argument, "descale.k[1, 0]", p);
+  Fp8Problem fine;  // the same factors in different heads are fine
+  fine.dq[2] = 1e20f;
+  fine.dk[3] = 1e20f;
+  EXPECT_NO_THROW(fine.call(fine.S()));
 }
 
 // The usual rules hold for the fp8 entry too (one example: the LSE's shape).
