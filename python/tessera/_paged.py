@@ -11,7 +11,7 @@ from . import _C
 from ._arrays import adapter_for, dtype_name
 from ._checks import describe, index_array, integer, lengths
 from ._errors import InvalidArgumentError
-from ._ops import _config, _is_torch, _scale, _softcap, _window
+from ._ops import _config, _flag, _is_torch, _scale, _softcap, _window
 
 
 class PagedKVCache:
@@ -245,12 +245,12 @@ class BatchAttention:
                  window=(-1, -1), softcap=0.0, scale=None, return_lse=False, split="auto", kv_chunk_tokens=0,
                  max_requests=256, max_q_tokens=8192):
         wl, wr = _window(window)
-        self.return_lse = bool(return_lse)
+        self.return_lse = _flag(return_lse, "return_lse")
         self.layout = layout
         heads_q = integer(heads_q, "heads_q")
         self._impl = _C.BatchAttention(heads_q, integer(heads_kv, "heads_kv"), integer(head_dim, "head_dim"),
                                        dtype_name(dtype), layout, integer(page_size, "page_size"),
-                                       _scale(scale), bool(causal), wl, wr, _softcap(softcap),
+                                       _scale(scale), _flag(causal, "causal"), wl, wr, _softcap(softcap),
                                        self.return_lse, split, integer(kv_chunk_tokens, "kv_chunk_tokens"),
                                        integer(max_requests, "max_requests"),
                                        integer(max_q_tokens, "max_q_tokens"))
