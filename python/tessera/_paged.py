@@ -75,9 +75,13 @@ class PageTable:
     """The CSR page table: three int32 arrays (host numpy arrays, or arrays on the device)."""
 
     def __init__(self, kv_indptr, kv_indices, kv_last_page_len, page_size=0):
-        self.kv_indptr = kv_indptr
-        self.kv_indices = kv_indices
-        self.kv_last_page_len = kv_last_page_len
+        # Lists / tuples of integers become host int32 arrays here (each value checked), as every
+        # other index argument; arrays are kept as given (a device table stays on its device).
+        def host(a, name):
+            return index_array(a, name) if isinstance(a, (list, tuple)) else a
+        self.kv_indptr = host(kv_indptr, "kv_indptr")
+        self.kv_indices = host(kv_indices, "kv_indices")
+        self.kv_last_page_len = host(kv_last_page_len, "kv_last_page_len")
         self.page_size = integer(page_size, "page_size", 0)
 
     @classmethod

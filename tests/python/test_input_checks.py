@@ -581,3 +581,16 @@ def test_batch_run_out_and_lse_in_one_buffer_are_refused():
     with pytest.raises(tessera.InvalidArgumentError, match="lse: expected .* got") as e:
         ba.run(q, cache, table, out=out, lse=lse)
     assert e.value.argument == "lse" and np.all(buf == 7)
+
+
+def test_page_table_of_lists():
+    # The README lets page-table arrays be lists; the table then holds int32 arrays and runs as the
+    # array-built one does (a bad value is named when the table is built).
+    pool, cache, table, nk, nv, ai = paged()
+    listed = tessera.PageTable(table.kv_indptr.tolist(), table.kv_indices.tolist(), tuple(table.kv_last_page_len),
+                               table.page_size)
+    assert listed.kv_indptr.dtype == np.int32
+    np.testing.assert_array_equal(listed.kv_lens(), table.kv_lens())
+    tessera.append_paged_kv(cache, listed, ai, nk, nv)
+    with raises_named(TypeError, "kv_indices[0]", "expected an integer"):
+        tessera.PageTable([0, 1], [1.5], [1], 4)
