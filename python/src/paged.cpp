@@ -169,7 +169,7 @@ void bind_paged(nb::module_& m) {
           "__init__",
           [](BatchAttention* self, int heads_q, int heads_kv, int head_dim, const std::string& dtype,
              const std::string& layout, int page_size, nb::handle scale, bool causal, int window_left,
-             int window_right, float softcap, bool return_lse, const std::string& split, int kv_chunk_tokens,
+             int window_right, double softcap, bool return_lse, const std::string& split, int kv_chunk_tokens,
              int max_requests, int max_q_tokens) {
             BatchConfig c;
             c.heads_q = heads_q;

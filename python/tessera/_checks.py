@@ -79,6 +79,11 @@ def int_array(values, name, lo=INT32_MIN, hi=INT32_MAX):
                         f"got {describe(values)}") from None
     if a.size == 0:
         return np.zeros(a.shape, np.int32)
+    if a.dtype.kind in "iu" and isinstance(values, (list, tuple)):
+        # numpy reads [False, True, 3] as integers: a bool among them is named, as alone.
+        for i, x in enumerate(_flat(values)):
+            if isinstance(x, (bool, np.bool_)):
+                integer(x, _element_name(name, a.shape, i), lo, hi)
     if a.dtype.kind not in "iu":  # float, bool, str, object (ints beyond int64, mixtures): check each
         items = list(_flat(values)) if isinstance(values, (list, tuple)) else list(a.flat)
         checked = [integer(x, _element_name(name, a.shape, i), lo, hi) for i, x in enumerate(items)]
@@ -132,4 +137,20 @@ def real(value, name, allow_none=False):
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}: expected a real number{' or None' if allow_none else ''}, got {describe(value)}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range (10**400)
+        raise InvalidArgumentError(f"{name}: expected a real number within float's range, got {describe(value)}",
+                                   "invalid_argument", name) from None
+
+
+def flag(value, name):
+    """`value` as a Python bool: a bool, a numpy bool, or the integers 0 and 1; not a str, an
+    array or another number (bool() would take "no" as True)."""
+    if type(value) is bool:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name}: expected a bool, got {describe(value)}")

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _C
 from ._arrays import adapter_for
-from ._checks import INT32_MAX, INT32_MIN, index_array, integer, real
+from ._checks import INT32_MAX, INT32_MIN, flag, index_array, integer, real
 from ._errors import DTypeError
 
 _config = {"num_threads": 0}
@@ -63,6 +63,11 @@ def _softcap(softcap):
     return softcap if type(softcap) is float else real(softcap, "softcap")
 
 
+def _flag(value, name):
+    """causal, return_lse, deterministic: a bool (a fast path for bools; "no" is not True)."""
+    return value if type(value) is bool else flag(value, name)
+
+
 def _index(fw, values, like, name):
     """cu_seqlens and friends: lists/tuples of integers become int32 arrays on like's device (each
     value checked), host numpy arrays must be int32 (copied across for a device q)."""
@@ -90,8 +95,8 @@ def _forward(q, k, v, causal, window, softcap, scale, return_lse):
         shape = (q.shape[0], q.shape[2], q.shape[1]) if _ndim(q) == 4 else (1,)
         lse = fw.empty(q, shape, "fp32")
     _C.attention_forward(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(out),
-                         None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, softcap,
-                         bool(return_lse), fw.stream(q), _config["num_threads"])
+                         None if lse is None else fw.to_c(lse), scale, _flag(causal, "causal"), wl, wr, softcap,
+                         _flag(return_lse, "return_lse"), fw.stream(q), _config["num_threads"])
     if return_lse:
         return fw.wrap(out), fw.wrap(lse)
     return fw.wrap(out)
@@ -115,7 +120,7 @@ def _forward_torch(fw, q, k, v, causal, window, softcap, scale, return_lse):
             lse = fw.empty(q, (1,), "fp32")
     to_c = fw.to_c
     _C.attention_forward(to_c(q), to_c(k), to_c(v), to_c(out), None if lse is None else to_c(lse), scale,
-                         bool(causal), wl, wr, softcap, bool(return_lse), fw.stream(q),
+                         _flag(causal, "causal"), wl, wr, softcap, _flag(return_lse, "return_lse"), fw.stream(q),
                          _config["num_threads"])
     return (out, lse) if return_lse else out
 
@@ -132,8 +137,8 @@ def _forward_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return_
         shape = (q.shape[1], q.shape[0]) if _ndim(q) == 3 else (1,)
         lse = fw.empty(q, shape, "fp32")
     _C.attention_forward_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), fw.to_c(out),
-                                None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr, softcap,
-                                bool(return_lse), fw.stream(q), _config["num_threads"])
+                                None if lse is None else fw.to_c(lse), scale, _flag(causal, "causal"), wl, wr, softcap,
+                                _flag(return_lse, "return_lse"), fw.stream(q), _config["num_threads"])
     if return_lse:
         return fw.wrap(out), fw.wrap(lse)
     return fw.wrap(out)
@@ -145,8 +150,8 @@ def _backward(q, k, v, out, dout, lse, causal, window, softcap, scale, determini
     scale, softcap = _scale(scale), _softcap(softcap)
     dq, dk, dv = fw.empty_like(q), fw.empty_like(k), fw.empty_like(v)
     _C.attention_backward(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(out), fw.to_c(dout), fw.to_c(lse),
-                          fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale, bool(causal), wl, wr, softcap,
-                          bool(deterministic), fw.stream(q), _config["num_threads"])
+                          fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale, _flag(causal, "causal"), wl, wr, softcap,
+                          _flag(deterministic, "deterministic"), fw.stream(q), _config["num_threads"])
     return fw.wrap(dq), fw.wrap(dk), fw.wrap(dv)
 
 
@@ -159,7 +164,7 @@ def _backward_ragged(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softca
     dq, dk, dv = fw.empty_like(q), fw.empty_like(k), fw.empty_like(v)
     _C.attention_backward_ragged(fw.to_c(q), fw.to_c(k), fw.to_c(v), fw.to_c(cu_q), fw.to_c(cu_k), fw.to_c(out),
                                  fw.to_c(dout), fw.to_c(lse), fw.to_c(dq), fw.to_c(dk), fw.to_c(dv), scale,
-                                 bool(causal), wl, wr, softcap, bool(deterministic), fw.stream(q),
+                                 _flag(causal, "causal"), wl, wr, softcap, _flag(deterministic, "deterministic"), fw.stream(q),
                                  _config["num_threads"])
     return fw.wrap(dq), fw.wrap(dk), fw.wrap(dv)
 
@@ -184,11 +189,12 @@ def _merge(o_states, lse_states, return_lse):
     return fw.wrap(out)
 
 
-def _forward_fp8(q, k, v, cu_q, cu_k, descale, causal, window, softcap, scale, return_lse):
+def _forward_fp8(q, k, v, cu_q, cu_k, descale, causal, window, softcap, scale, return_lse, ragged):
+    # ragged: which entry was called (not inferred from cu_q, which a ragged call may lack: the
+    # library then names the missing cu_seqlens_q instead of running the dense forward).
     fw = adapter_for(q)
     wl, wr = _window(window)
     scale, softcap = _scale(scale), _softcap(softcap)
-    ragged = cu_q is not None
     out = fw.empty(q, tuple(q.shape), "bf16")
     lse = None
     if return_lse:
@@ -198,8 +204,8 @@ def _forward_fp8(q, k, v, cu_q, cu_k, descale, causal, window, softcap, scale, r
             shape = (q.shape[0], q.shape[2], q.shape[1]) if _ndim(q) == 4 else (1,)
         lse = fw.empty(q, shape, "fp32")
     dq, dk, dv = (None if d is None else fw.to_c(d) for d in descale)
-    common = (dq, dk, dv, fw.to_c(out), None if lse is None else fw.to_c(lse), scale, bool(causal), wl, wr,
-              softcap, bool(return_lse), fw.stream(q), _config["num_threads"])
+    common = (dq, dk, dv, fw.to_c(out), None if lse is None else fw.to_c(lse), scale, _flag(causal, "causal"), wl, wr,
+              softcap, _flag(return_lse, "return_lse"), fw.stream(q), _config["num_threads"])
     if ragged:
         cu_q = _index(fw, cu_q, q, "cu_seqlens_q")
         cu_k = _index(fw, cu_k, q, "cu_seqlens_k")
@@ -231,6 +237,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, scale=None, r
     natural-log LSE (batch, heads_q, seq_q) fp32. torch tensors are differentiable (autograd
     and torch.compile through the ``tessera::attention_fwd`` custom op).
     """
+    causal, return_lse = _flag(causal, "causal"), _flag(return_lse, "return_lse")
     if _is_torch(q):
         _torch = _torch_module()
         if _torch.eager_no_grad(q, k, v):  # skip the custom op's dispatch overhead
@@ -247,6 +254,7 @@ def attention_ragged(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(
     int32 prefix sums of batch + 1 entries starting at 0 (arrays on q's device, or Python
     lists). LSE (with return_lse) is (heads_q, total_q) fp32.
     """
+    causal, return_lse = _flag(causal, "causal"), _flag(return_lse, "return_lse")
     if _is_torch(q):
         _torch = _torch_module()
         if _torch.eager_no_grad(q, k, v):
@@ -265,6 +273,7 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, window=(-1, -1), s
     The options must be the forward's. deterministic=True gives bit-identical gradients
     run to run. Returns arrays shaped like q, k, v in q's framework.
     """
+    causal, deterministic = _flag(causal, "causal"), _flag(deterministic, "deterministic")
     if _is_torch(q):
         _torch = _torch_module()
         return _torch.attention_backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic)
@@ -274,6 +283,7 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, window=(-1, -1), s
 def attention_ragged_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, causal=False, window=(-1, -1),
                               softcap=0.0, scale=None, deterministic=False):
     """Gradients (dq, dk, dv) of attention_ragged (layouts as attention_ragged)."""
+    causal, deterministic = _flag(causal, "causal"), _flag(deterministic, "deterministic")
     if _is_torch(q):
         _torch = _torch_module()
         return _torch.attention_ragged_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout, lse, causal,
@@ -290,6 +300,7 @@ def merge_states(o_states, lse_states, return_lse=True):
     lse (tokens, heads): lse = log(sum_i exp(lse_i)), out = sum_i exp(lse_i - lse) o_i.
     Rows whose every state is empty (lse = -inf) give out = 0, lse = -inf.
     """
+    return_lse = _flag(return_lse, "return_lse")
     if _is_torch(o_states):
         _torch = _torch_module()
         return _torch.merge_states(o_states, lse_states, return_lse)
@@ -306,13 +317,15 @@ def attention_fp8(q, k, v, descale_q=None, descale_k=None, descale_v=None, causa
     CPU backend everywhere; on CUDA the sm90 kernels (compute capability 9.0, head_dim 128 or
     256). There is no fp8 backward: the result does not carry gradients.
     """
+    causal, return_lse = _flag(causal, "causal"), _flag(return_lse, "return_lse")
     return _forward_fp8(q, k, v, None, None, (descale_q, descale_k, descale_v), causal, window, softcap, scale,
-                        return_lse)
+                        return_lse, False)
 
 
 def attention_ragged_fp8(q, k, v, cu_seqlens_q, cu_seqlens_k, descale_q=None, descale_k=None, descale_v=None,
                          causal=False, window=(-1, -1), softcap=0.0, scale=None, return_lse=False):
     """FP8 forward over a ragged batch (layouts as ``attention_ragged``; descales per
     (sequence, kv head)); out bf16."""
+    causal, return_lse = _flag(causal, "causal"), _flag(return_lse, "return_lse")
     return _forward_fp8(q, k, v, cu_seqlens_q, cu_seqlens_k, (descale_q, descale_k, descale_v), causal, window,
-                        softcap, scale, return_lse)
+                        softcap, scale, return_lse, True)

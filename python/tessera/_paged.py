@@ -11,7 +11,7 @@ from . import _C
 from ._arrays import adapter_for, dtype_name
 from ._checks import describe, index_array, integer, lengths
 from ._errors import InvalidArgumentError
-from ._ops import _config, _is_torch, _scale, _softcap, _window
+from ._ops import _config, _flag, _is_torch, _scale, _softcap, _window
 
 
 class PagedKVCache:
@@ -75,9 +75,13 @@ class PageTable:
     """The CSR page table: three int32 arrays (host numpy arrays, or arrays on the device)."""
 
     def __init__(self, kv_indptr, kv_indices, kv_last_page_len, page_size=0):
-        self.kv_indptr = kv_indptr
-        self.kv_indices = kv_indices
-        self.kv_last_page_len = kv_last_page_len
+        # Lists / tuples of integers become host int32 arrays here (each value checked), as every
+        # other index argument; arrays are kept as given (a device table stays on its device).
+        def host(a, name):
+            return index_array(a, name) if isinstance(a, (list, tuple)) else a
+        self.kv_indptr = host(kv_indptr, "kv_indptr")
+        self.kv_indices = host(kv_indices, "kv_indices")
+        self.kv_last_page_len = host(kv_last_page_len, "kv_last_page_len")
         self.page_size = integer(page_size, "page_size", 0)
 
     @classmethod
@@ -245,12 +249,12 @@ class BatchAttention:
                  window=(-1, -1), softcap=0.0, scale=None, return_lse=False, split="auto", kv_chunk_tokens=0,
                  max_requests=256, max_q_tokens=8192):
         wl, wr = _window(window)
-        self.return_lse = bool(return_lse)
+        self.return_lse = _flag(return_lse, "return_lse")
         self.layout = layout
         heads_q = integer(heads_q, "heads_q")
         self._impl = _C.BatchAttention(heads_q, integer(heads_kv, "heads_kv"), integer(head_dim, "head_dim"),
                                        dtype_name(dtype), layout, integer(page_size, "page_size"),
-                                       _scale(scale), bool(causal), wl, wr, _softcap(softcap),
+                                       _scale(scale), _flag(causal, "causal"), wl, wr, _softcap(softcap),
                                        self.return_lse, split, integer(kv_chunk_tokens, "kv_chunk_tokens"),
                                        integer(max_requests, "max_requests"),
                                        integer(max_q_tokens, "max_q_tokens"))

@@ -244,7 +244,7 @@ def _to_index(values, like, name):
 def attention(q, k, v, causal, window, softcap, scale, return_lse):
     _check_tensors("q", q, k=k, v=v)
     wl, wr = _ops._window(window)
-    out, lse = attention_fwd(q, k, v, _ops._scale(scale), bool(causal), wl, wr, _ops._softcap(softcap))
+    out, lse = attention_fwd(q, k, v, _ops._scale(scale), _ops._flag(causal, "causal"), wl, wr, _ops._softcap(softcap))
     return (out, lse) if return_lse else out
 
 
@@ -252,15 +252,15 @@ def attention_ragged(q, k, v, cu_q, cu_k, causal, window, softcap, scale, return
     _check_tensors("q", q, k=k, v=v)
     wl, wr = _ops._window(window)
     out, lse = attention_ragged_fwd(q, k, v, _to_index(cu_q, q, "cu_seqlens_q"), _to_index(cu_k, q, "cu_seqlens_k"),
-                                    _ops._scale(scale), bool(causal), wl, wr, _ops._softcap(softcap))
+                                    _ops._scale(scale), _ops._flag(causal, "causal"), wl, wr, _ops._softcap(softcap))
     return (out, lse) if return_lse else out
 
 
 def attention_backward(q, k, v, out, dout, lse, causal, window, softcap, scale, deterministic):
     _check_tensors("q", q, k=k, v=v, out=out, dout=dout, lse=lse)
     wl, wr = _ops._window(window)
-    return attention_bwd(dout, q, k, v, out, lse, _ops._scale(scale), bool(causal), wl, wr,
-                         _ops._softcap(softcap), bool(deterministic))
+    return attention_bwd(dout, q, k, v, out, lse, _ops._scale(scale), _ops._flag(causal, "causal"), wl, wr,
+                         _ops._softcap(softcap), _ops._flag(deterministic, "deterministic"))
 
 
 def attention_ragged_backward(q, k, v, cu_q, cu_k, out, dout, lse, causal, window, softcap, scale, deterministic):
@@ -268,7 +268,7 @@ def attention_ragged_backward(q, k, v, cu_q, cu_k, out, dout, lse, causal, windo
     wl, wr = _ops._window(window)
     cu_q, cu_k = _to_index(cu_q, q, "cu_seqlens_q"), _to_index(cu_k, q, "cu_seqlens_k")
     return attention_ragged_bwd(dout, q, k, v, cu_q, cu_k, out, lse, _ops._scale(scale),
-                                bool(causal), wl, wr, _ops._softcap(softcap), bool(deterministic))
+                                _ops._flag(causal, "causal"), wl, wr, _ops._softcap(softcap), _ops._flag(deterministic, "deterministic"))
 
 
 def merge_states(o_states, lse_states, return_lse):

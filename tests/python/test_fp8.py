@@ -139,3 +139,12 @@ def test_torch_float8_cuda_matches_cpu():
     diff = (gpu_out.cpu().to(torch.float64) - cpu_out.to(torch.float64)).abs().max().item()
     assert diff <= 0.08 * max(1.0, cpu_out.to(torch.float64).abs().max().item())
     assert (gpu_lse.cpu() - cpu_lse).abs().max().item() <= 5e-3
+
+
+def test_ragged_without_cu_seqlens_q_names_it():
+    # attention_ragged_fp8 with cu_seqlens_q None ran the dense forward (4-d q) or blamed q's rank
+    # (3-d q): the entry, not the argument, says which forward is meant.
+    q4 = np.zeros((1, 4, 2, 64), dtype=np.float32).astype(E4M3)
+    for q in (q4, q4[0]):
+        with pytest.raises(TypeError, match="cu_seqlens_q: expected an array, got None"):
+            tessera.attention_ragged_fp8(q, q, q, None, [0, 4])

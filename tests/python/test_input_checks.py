@@ -520,3 +520,77 @@ def test_batch_run_lse_without_return_lse():
     cache, table, ba, q = batch(return_lse=True)
     out, got = ba.run(q, cache, table, lse=lse)
     assert got is lse and not np.all(lse == 7)
+
+
+# ---- 8. a second fuzzing pass ----------------------------------------------------------------
+
+def test_batch_softcap_below_float_range_names_it():
+    # BatchAttention took softcap as a C float: 1e-46 was 0 before the check and ran uncapped.
+    for tiny in (1e-46, 1e-300):
+        with raises_named(ValueError, "softcap", "0 as a float"):  # as attention()'s
+            tessera.BatchAttention(4, 2, 32, dtype="fp32", softcap=tiny)
+
+
+def test_bools_inside_index_lists_are_refused():
+    # numpy reads [False, True, 3] as integers; a bool alone was already refused.
+    q, k, v = qkv(b=1, s=4)
+    with raises_named(TypeError, "cu_seqlens_q[0]", "expected an integer, got"):
+        tessera.attention_ragged(q[0], k[0], v[0], [False, True, 4], [0, 1, 4])
+    with raises_named(TypeError, "cu_seqlens_k[1]", "expected an integer, got"):
+        tessera.attention_ragged(q[0], k[0], v[0], [0, 1, 4], [0, True, 4])
+    _, _, ba, _ = batch()
+    with raises_named(TypeError, "q_lens[0]", "expected an integer, got"):
+        ba.plan([True, 2], [3, 3])
+    out = tessera.attention_ragged(q[0], k[0], v[0], [0, np.int32(1), 4], (0, 1, 4))  # integers of any kind
+    assert np.isfinite(out).all()
+
+
+def test_scale_and_softcap_past_float_range_name_the_argument():
+    q, k, v = qkv()
+    with raises_named(tessera.InvalidArgumentError, "scale", "within float's range"):
+        tessera.attention(q, k, v, scale=10 ** 400)
+    with raises_named(tessera.InvalidArgumentError, "softcap", "within float's range"):
+        tessera.attention(q, k, v, softcap=10 ** 400)
+
+
+@pytest.mark.parametrize("name", ["causal", "return_lse"])
+def test_flags_must_be_bools(name):
+    # bool("no") is True: a string, an array or another number is refused, not read as a truth value.
+    q, k, v = qkv()
+    for bad in ("no", np.array([1, 0]), 2, 0.5, None):
+        with raises_named(TypeError, name, "expected a bool, got"):
+            tessera.attention(q, k, v, **{name: bad})
+    with raises_named(TypeError, name, "expected a bool, got"):
+        tessera.BatchAttention(4, 2, 32, dtype="fp32", **{name: "no"})
+    ref = tessera.attention(q, k, v, causal=True)
+    for good in (np.bool_(True), 1):
+        np.testing.assert_array_equal(tessera.attention(q, k, v, causal=good), ref)
+
+
+def test_backward_deterministic_must_be_a_bool():
+    q, k, v = qkv()
+    out, lse = tessera.attention(q, k, v, return_lse=True)
+    with raises_named(TypeError, "deterministic", "expected a bool, got"):
+        tessera.attention_backward(q, k, v, out, out, lse, deterministic="yes")
+
+
+def test_batch_run_out_and_lse_in_one_buffer_are_refused():
+    cache, table, ba, q = batch(return_lse=True)
+    buf = np.full(6 * 4 * 32, 7, np.float32)
+    out, lse = buf.reshape(6, 4, 32), buf[:4 * 6].reshape(4, 6)
+    with pytest.raises(tessera.InvalidArgumentError, match="lse: expected .* got") as e:
+        ba.run(q, cache, table, out=out, lse=lse)
+    assert e.value.argument == "lse" and np.all(buf == 7)
+
+
+def test_page_table_of_lists():
+    # The README lets page-table arrays be lists; the table then holds int32 arrays and runs as the
+    # array-built one does (a bad value is named when the table is built).
+    pool, cache, table, nk, nv, ai = paged()
+    listed = tessera.PageTable(table.kv_indptr.tolist(), table.kv_indices.tolist(), tuple(table.kv_last_page_len),
+                               table.page_size)
+    assert listed.kv_indptr.dtype == np.int32
+    np.testing.assert_array_equal(listed.kv_lens(), table.kv_lens())
+    tessera.append_paged_kv(cache, listed, ai, nk, nv)
+    with raises_named(TypeError, "kv_indices[0]", "expected an integer"):
+        tessera.PageTable([0, 1], [1.5], [1], 4)
