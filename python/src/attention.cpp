@@ -104,6 +104,30 @@ ArrayView view_of(const A& a, const char* name) {
   return v;
 }
 
+// What an object that is not an importable array is: its type, and where it has them its dtype
+// (a big-endian, object or structured numpy array) and a layout other than strided (sparse).
+std::string describe_unimportable(nb::handle arr) {
+  std::string s = py_type_name(arr);
+  // str() of an attribute, or "" when it is missing or raises (the type alone then says enough).
+  auto attr_text = [&](const char* attr) -> std::string {
+    if (!nb::hasattr(arr, attr)) return "";
+    PyObject* text = nullptr;
+    if (PyObject* value = PyObject_GetAttrString(arr.ptr(), attr)) {
+      text = PyObject_Str(value);
+      Py_DECREF(value);
+    }
+    if (text == nullptr) {
+      PyErr_Clear();
+      return "";
+    }
+    return nb::cast<std::string>(nb::steal<nb::str>(text));
+  };
+  if (const std::string dtype = attr_text("dtype"); !dtype.empty()) s += " of dtype " + dtype;
+  if (const std::string layout = attr_text("layout"); !layout.empty() && layout != "torch.strided")
+    s += " with layout " + layout;
+  return s;
+}
+
 // Imports `arr` (an array, not a descriptor) for `role`, keeping it alive in `arrays`.
 // Outputs are imported as writable: nanobind then refuses an array that its exporter marks
 // read-only (numpy >= 2.1 flags it in a versioned DLPack capsule; older numpy refuses the
@@ -120,8 +144,8 @@ ArrayView import_array(nb::handle arr, const char* name, ArgArrays& arrays, Role
   }
   Array a;
   if (!nb::try_cast<Array>(arr, a, /*convert=*/false))
-    type_error(std::string(name) + ": expected an array with DLPack or buffer protocol support (numpy, torch, cupy, jax), got " +
-               py_type_name(arr));
+    type_error(std::string(name) + ": expected an array (strided; fp32, fp16, bf16, fp8 e4m3 or int32 in native byte order) "
+               "with DLPack or buffer protocol support (numpy, torch, cupy, jax), got " + describe_unimportable(arr));
   if (role == Role::output) read_only_error(name);
   const ArrayView v = view_of(a, name);
   arrays.held.push_back(std::move(a));

@@ -11,7 +11,7 @@ caller's framework on the caller's device, and CUDA work runs on the framework's
 stream. See python/README.md.
 """
 
-from . import _C
+from . import _C, _checks
 from ._errors import (BackendError, DTypeError, Error, InvalidArgumentError, OutOfMemoryError, PlanMismatchError,
                       UnsupportedError, WorkspaceTooSmallError, ERROR_TYPES as _ERROR_TYPES)
 from ._ops import (attention, attention_backward, attention_fp8, attention_ragged, attention_ragged_backward,
@@ -32,7 +32,9 @@ def cuda_available() -> bool:
 
 def query_device(device="cpu", index=0) -> int:
     """SMs of a CUDA device, or worker threads of the CPU, as the batch planner sees them."""
-    return _C.query_device(device, index)
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected 'cpu' or 'cuda', got {_checks.describe(device)}")
+    return _C.query_device(device, _checks.integer(index, "index", 0))
 
 
 def torch_ops():

@@ -117,10 +117,13 @@ class _TorchAdapter:
         except AttributeError:  # None, a list: the extension names the problem
             return x
         if name is not None:
-            if x.is_cuda:
-                return (x.data_ptr(), name, x.shape, x.stride(), 2, x.get_device())
-            if x.is_cpu if self._has_is_cpu else x.device.type == "cpu":
-                return (x.data_ptr(), name, x.shape, x.stride(), 1, 0)
+            try:
+                if x.is_cuda:
+                    return (x.data_ptr(), name, x.shape, x.stride(), 2, x.get_device())
+                if x.is_cpu if self._has_is_cpu else x.device.type == "cpu":
+                    return (x.data_ptr(), name, x.shape, x.stride(), 1, 0)
+            except RuntimeError:  # no storage (sparse, nested): the extension names the argument
+                pass
         # DLPack (or another framework's array): the extension names the problem
         return x.detach() if getattr(x, "requires_grad", False) else x
 

@@ -250,6 +250,10 @@ class BatchAttention:
                  max_requests=256, max_q_tokens=8192):
         wl, wr = _window(window)
         self.return_lse = _flag(return_lse, "return_lse")
+        for value, name, allowed in ((layout, "layout", "'NHD' or 'HND'"),
+                                     (split, "split", "'auto', 'disabled' or 'fixed'")):
+            if not isinstance(value, str):
+                raise TypeError(f"{name}: expected {allowed}, got {describe(value)}")
         self.layout = layout
         heads_q = integer(heads_q, "heads_q")
         self._impl = _C.BatchAttention(heads_q, integer(heads_kv, "heads_kv"), integer(head_dim, "head_dim"),

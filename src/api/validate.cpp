@@ -173,23 +173,49 @@ bool has_elements(const Tensor& t) {
 }
 }  // namespace
 
-// Whether delta (elements) is a difference of two element offsets of one layout: delta = sum_d
-// j_d stride_d with |j_d| < shape_d. dims: the dims of size > 1, largest stride first, each
-// stride past the span of the smaller ones (no internal overlap), so the rest of the sum stays
-// below the current stride and j_d is floor(delta / stride) or the next integer: at most two
-// branches per dim.
-static bool is_offset_difference(std::int64_t delta, const Tensor& t, const int* dims, int n) {
+namespace {
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }  // b > 0
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return -floor_div(-a, b); }
+
+// Whether delta (elements) is x - y for an element offset x of a and y of b, two views that
+// share their stride on every dim where both have more than one element (stride[d]: that
+// stride, or the stride of the one that has more): delta = sum_d j_d stride[d] with
+// -(b.shape[d] - 1) <= j_d <= a.shape[d] - 1. dims: the dims where either has more than one
+// element, largest stride first. Each level tries the j_d that leave the rest within the
+// smaller dims' reach: one or two where each stride is past the span of the smaller dims (one
+// layout without internal overlap), a few more where the shapes differ (GQA heads); `budget`
+// bounds the search, and an exhausted budget or a zero stride answers "yes" (the caller refuses).
+bool offset_difference(std::int64_t delta, const Tensor& a, const Tensor& b, const std::int64_t* stride,
+                       const int* dims, int n, int& budget) {
   if (n == 0) return delta == 0;
-  const std::int64_t s = t.stride[dims[0]], m = t.shape[dims[0]] - 1;
-  std::int64_t rest = 0;  // the largest |sum| the smaller dims reach
-  for (int i = 1; i < n; ++i) rest += (t.shape[dims[i]] - 1) * t.stride[dims[i]];
-  const std::int64_t f = delta >= 0 ? delta / s : -((-delta + s - 1) / s);  // floor
-  for (std::int64_t j : {f, f + 1}) {
-    const std::int64_t r = delta - j * s;
-    if (j >= -m && j <= m && r >= -rest && r <= rest && is_offset_difference(r, t, dims + 1, n - 1)) return true;
+  if (--budget < 0) return true;
+  const int d = dims[0];
+  const std::int64_t s = stride[d];
+  if (s <= 0) return true;
+  std::int64_t rest_lo = 0, rest_hi = 0;  // what the smaller dims' sum can reach
+  for (int i = 1; i < n; ++i) {
+    rest_lo -= (b.shape[dims[i]] - 1) * stride[dims[i]];
+    rest_hi += (a.shape[dims[i]] - 1) * stride[dims[i]];
   }
+  const std::int64_t j_lo = std::max<std::int64_t>(-(b.shape[d] - 1), ceil_div(delta - rest_hi, s));
+  const std::int64_t j_hi = std::min<std::int64_t>(a.shape[d] - 1, floor_div(delta - rest_lo, s));
+  for (std::int64_t jd = j_lo; jd <= j_hi; ++jd)
+    if (offset_difference(delta - jd * s, a, b, stride, dims + 1, n - 1, budget)) return true;
   return false;
 }
+
+// a and b of one dtype and rank whose strides agree wherever both have more than one element
+// (one layout; or the gradients of q and of k in one packed (.., heads_q + 2 heads_kv, d)
+// buffer); the common strides go into `stride`.
+bool shared_strides(const Tensor& a, const Tensor& b, std::int64_t* stride) {
+  if (a.rank != b.rank || a.dtype != b.dtype) return false;
+  for (int d = 0; d < a.rank; ++d) {
+    if (a.shape[d] > 1 && b.shape[d] > 1 && a.stride[d] != b.stride[d]) return false;
+    stride[d] = a.shape[d] > 1 ? a.stride[d] : b.stride[d];
+  }
+  return true;
+}
+}  // namespace
 
 static bool same_layout(const Tensor& a, const Tensor& b) {
   if (a.rank != b.rank || a.dtype != b.dtype) return false;
@@ -206,22 +232,27 @@ void disjoint(const Tensor& t, const char* name, const Tensor& other, const char
   if (!has_elements(t) || !has_elements(other) || !(t.device == other.device)) return;
   const auto a = byte_range(t), b = byte_range(other);
   if (a.second < b.first || b.second < a.first) return;  // address ranges apart
-  // One layout at two addresses (K and V pages interleaved in one buffer, FlashInfer's combined
-  // layout): exact, the elements of one never fall on the other's. Callers check both for
+  // Views with shared strides at two addresses (K and V pages interleaved in one buffer,
+  // FlashInfer's combined layout; q, k and v gradients packed in one buffer, GQA included):
+  // exact, whether an element of one falls on one of the other's. Callers check both for
   // internal overlap first. Otherwise the ranges' intersection is refused.
-  if (same_layout(t, other)) {
+  std::int64_t stride[kMaxRank];
+  if (shared_strides(t, other, stride)) {
     const std::int64_t size = static_cast<std::int64_t>(dtype_size(t.dtype));
     const std::int64_t delta_bytes = static_cast<std::int64_t>(b.first) - static_cast<std::int64_t>(a.first);
     int dims[kMaxRank];
     int n = 0;
     for (int d = 0; d < t.rank; ++d)
-      if (t.shape[d] > 1) dims[n++] = d;
-    sort_dims_by_stride(t, dims, n, /*ascending=*/false);
+      if (t.shape[d] > 1 || other.shape[d] > 1) dims[n++] = d;
+    std::sort(dims, dims + n, [&](int x, int y) { return stride[x] > stride[y]; });
     // Element x of t and y of other share a byte iff |x size - (y size + delta_bytes)| < size:
     // x - y is delta_bytes / size rounded down or up (the one value where it divides).
-    const std::int64_t lo = delta_bytes >= 0 ? delta_bytes / size : -((-delta_bytes + size - 1) / size);
+    const std::int64_t lo = floor_div(delta_bytes, size);
     const std::int64_t hi = delta_bytes % size == 0 ? lo : lo + 1;
-    if (!is_offset_difference(lo, t, dims, n) && !is_offset_difference(hi, t, dims, n)) return;
+    int budget = 1 << 16;
+    if (!offset_difference(lo, t, other, stride, dims, n, budget) &&
+        !offset_difference(hi, t, other, stride, dims, n, budget))
+      return;
   }
   fail(ErrorCode::invalid_argument, name, std::string("memory apart from ") + other_name,
        "a view whose elements overlap " + std::string(other_name) + "'s");

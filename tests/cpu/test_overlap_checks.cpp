@@ -127,6 +127,44 @@ TEST(OverlapChecks, DisjointMatchesBruteForceForOneLayout) {
   EXPECT_GT(apart_in_range, 1000);
 }
 
+TEST(OverlapChecks, DisjointMatchesBruteForceForSharedStridesOfOtherShapes) {
+  // Two views with the same strides and different shapes (dq and dk of one packed QKV buffer
+  // with GQA: heads_q and heads_kv heads at the same head stride): exact, as for one layout.
+  auto rng = fresh_rng();
+  static unsigned char buffer[1];
+  int overlapping = 0, apart_in_range = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int rank = 1 + static_cast<int>(rng() % 4);
+    std::int64_t shape_a[kMaxRank], shape_b[kMaxRank], stride[kMaxRank];
+    std::int64_t span = 1;
+    int order[kMaxRank] = {0, 1, 2, 3, 4};
+    std::shuffle(order, order + rank, rng);
+    for (int i = 0; i < rank; ++i) {
+      const int d = order[i];
+      shape_a[d] = 1 + static_cast<std::int64_t>(rng() % 4);
+      shape_b[d] = 1 + static_cast<std::int64_t>(rng() % 4);
+      stride[d] = span * (1 + static_cast<std::int64_t>(rng() % 2)) + static_cast<std::int64_t>(rng() % 3);
+      span = stride[d] * std::max(shape_a[d], shape_b[d]);
+    }
+    const DType dt = rng() % 2 ? DType::f16 : DType::f32;
+    const std::int64_t shift = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(span * 4 + 8));
+    const Tensor a = view(buffer, 0, dt, rank, shape_a, stride), b = view(buffer, shift, dt, rank, shape_b, stride);
+    std::set<std::int64_t> ba = bytes_of(a, 0), bb = bytes_of(b, shift);
+    bool shared = false;
+    for (std::int64_t x : bb)
+      if (ba.count(x)) {
+        shared = true;
+        break;
+      }
+    ASSERT_EQ(throws([&] { validate::disjoint(b, "b", a, "a"); }), shared) << "trial " << trial << " shift " << shift;
+    ASSERT_EQ(throws([&] { validate::disjoint(a, "a", b, "b"); }), shared) << "trial " << trial << " (swapped)";
+    if (shared) ++overlapping;
+    else if (shift <= *ba.rbegin()) ++apart_in_range;
+  }
+  EXPECT_GT(overlapping, 1000);
+  EXPECT_GT(apart_in_range, 1000);
+}
+
 TEST(OverlapChecks, DifferentLayoutsCompareAddressRanges) {
   static unsigned char buffer[4096];
   const std::int64_t s1[] = {8}, st1[] = {1}, s2[] = {2, 4}, st2[] = {4, 1};

@@ -176,6 +176,33 @@ TEST(Validation, PackedGradientsInOneBufferAreAccepted) {
     }
 }
 
+TEST(Validation, PackedGqaGradientsInOneBufferAreAccepted) {
+  // A fused projection's layout with GQA: (batch, seq, heads_q + 2 heads_kv, head_dim), q's heads
+  // first; dq, dk and dv share the head stride but not their head counts.
+  const int b = 1, s = 5, hq = 4, hkv = 2, d = 8, w = hq + 2 * hkv;
+  std::vector<float> qkv(b * s * w * d), dqkv(qkv.size(), kSentinel), dout(b * s * hq * d);
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.29f * static_cast<float>(i));
+  for (std::size_t i = 0; i < dout.size(); ++i) dout[i] = std::cos(0.13f * static_cast<float>(i));
+  auto view = [&](std::vector<float>& buf, int head0, int heads) {
+    return Tensor(buf.data() + head0 * d, DType::f32, {b, s, heads, d}, {s * w * d, w * d, d, 1});
+  };
+  std::vector<float> out(dout.size()), lse(b * hq * s);
+  Tensor o(out.data(), DType::f32, {b, s, hq, d}), l(lse.data(), DType::f32, {b, hq, s}), g(dout.data(), DType::f32, {b, s, hq, d});
+  AttentionOptions opt;
+  opt.return_lse = true;
+  attention_forward(view(qkv, 0, hq), view(qkv, hq, hkv), view(qkv, hq + hkv, hkv), o, l, opt);
+  EXPECT_NO_THROW(attention_backward(view(qkv, 0, hq), view(qkv, hq, hkv), view(qkv, hq + hkv, hkv), o, g, l,
+                                     view(dqkv, 0, hq), view(dqkv, hq, hkv), view(dqkv, hq + hkv, hkv), opt));
+  // The same buffer with dk one head too early (on dq's last head) is refused.
+  try {
+    attention_backward(view(qkv, 0, hq), view(qkv, hq, hkv), view(qkv, hq + hkv, hkv), o, g, l, view(dqkv, 0, hq),
+                       view(dqkv, hq - 1, hkv), view(dqkv, hq + hkv, hkv), opt);
+    ADD_FAILURE() << "dk over dq's last head was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "dk") << e.what();
+  }
+}
+
 TEST(Validation, DtypesAgree) {
   Problem p;
   Tensor k = p.K();

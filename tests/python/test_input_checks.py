@@ -594,3 +594,25 @@ def test_page_table_of_lists():
     tessera.append_paged_kv(cache, listed, ai, nk, nv)
     with raises_named(TypeError, "kv_indices[0]", "expected an integer"):
         tessera.PageTable([0, 1], [1.5], [1], 4)
+
+
+def test_unimportable_arrays_say_their_dtype_or_layout():
+    q, k, v = qkv()
+    for bad, what in ((q.astype(">f4"), "of dtype >f4"), (q.astype(object), "of dtype object")):
+        with raises_named(TypeError, "q", "in native byte order", what):
+            tessera.attention(bad, k, v)
+    torch = pytest.importorskip("torch")
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    with raises_named(TypeError, "q", "with layout torch.sparse_coo"):
+        tessera.attention(tq.to_sparse(), tk, tv)
+
+
+def test_batch_layout_split_and_query_device_arguments_are_named():
+    for kw, name in ((dict(layout=None), "layout"), (dict(split=0), "split")):
+        with raises_named(TypeError, name, "expected '"):
+            tessera.BatchAttention(4, 2, 32, dtype="fp32", **kw)
+    with raises_named(TypeError, "device", "expected 'cpu' or 'cuda', got None"):
+        tessera.query_device(None)
+    with raises_named(tessera.InvalidArgumentError, "index", "expected an integer in [0, 2147483647]"):
+        tessera.query_device("cpu", 2 ** 40)
+    assert tessera.query_device("cpu") >= 1
